@@ -1,0 +1,108 @@
+//! The one error vocabulary of llb (STYLE §5). Codes are part of the ABI: never rename or reuse
+//! one once released; add new ones at the end. docs/errors.md lists them with their meaning.
+
+use serde_json::{json, Value};
+use std::fmt;
+
+/// Stable snake_case error codes carried by `{"type":"error","code":...}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// A NULL or non-UTF-8 argument, a wrong-typed or unknown field, an out-of-range value.
+    InvalidArgument,
+    /// The request or config text is not JSON.
+    InvalidJson,
+    /// The model path does not exist.
+    FileNotFound,
+    /// The file exists but could not be read.
+    IoError,
+    /// The file is not a GGUF, or is a truncated/corrupt one.
+    NotAGguf,
+    /// llama.cpp refused to load the weights.
+    ModelLoadFailed,
+    /// The chat template failed to parse or render.
+    TemplateError,
+    /// The model's chat template cannot describe tools and render tool calls.
+    ToolsUnsupported,
+    /// A bug in llb or an unexpected failure (a caught panic or C++ exception).
+    Internal,
+}
+
+impl ErrorCode {
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::InvalidArgument,
+        ErrorCode::InvalidJson,
+        ErrorCode::FileNotFound,
+        ErrorCode::IoError,
+        ErrorCode::NotAGguf,
+        ErrorCode::ModelLoadFailed,
+        ErrorCode::TemplateError,
+        ErrorCode::ToolsUnsupported,
+        ErrorCode::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "invalid_argument",
+            ErrorCode::InvalidJson => "invalid_json",
+            ErrorCode::FileNotFound => "file_not_found",
+            ErrorCode::IoError => "io_error",
+            ErrorCode::NotAGguf => "not_a_gguf",
+            ErrorCode::ModelLoadFailed => "model_load_failed",
+            ErrorCode::TemplateError => "template_error",
+            ErrorCode::ToolsUnsupported => "tools_unsupported",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// An error with its code, a human message and optional extra fields (e.g. `caps`).
+#[derive(Debug, Clone)]
+pub struct Error {
+    pub code: ErrorCode,
+    pub message: String,
+    pub extra: Option<serde_json::Map<String, Value>>,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error { code, message: message.into(), extra: None }
+    }
+
+    pub fn with_field(mut self, key: &str, value: Value) -> Self {
+        self.extra.get_or_insert_with(Default::default).insert(key.to_string(), value);
+        self
+    }
+
+    /// `{"type":"error","code":...,"message":...,<extra>}`
+    pub fn to_json(&self) -> Value {
+        self.to_json_typed("error")
+    }
+
+    /// The same object under another `type` (e.g. `create_failure` events).
+    pub fn to_json_typed(&self, ty: &str) -> Value {
+        let mut v = json!({"type": ty, "code": self.code.as_str(), "message": self.message});
+        if let (Some(extra), Value::Object(map)) = (&self.extra, &mut v) {
+            for (k, val) in extra {
+                map.insert(k.clone(), val.clone());
+            }
+        }
+        v
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+macro_rules! bail {
+    ($code:ident, $($arg:tt)*) => {
+        return Err($crate::error::Error::new($crate::error::ErrorCode::$code, format!($($arg)*)))
+    };
+}
+pub(crate) use bail;

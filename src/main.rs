@@ -1,0 +1,110 @@
+//! The `llb` command line: a thin front over the library (no logic of its own).
+
+use clap::{Parser, Subcommand};
+use llb::error::{Error, ErrorCode};
+use llb::fixture::{self, FixtureOptions, Size};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "llb", version, about = "Tool-calling bridge over llama.cpp")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print what a GGUF's chat template can do (reads the header only).
+    Info {
+        model: PathBuf,
+        /// Pretty-print the JSON.
+        #[arg(long)]
+        pretty: bool,
+    },
+    /// Print llb's version and the pinned llama.cpp.
+    Version,
+    /// Write a test model: a real tokenizer, a chosen template, random weights.
+    Fixture {
+        /// Vocabulary name (models/ggml-vocab-NAME.gguf of the pinned tree) or a GGUF path.
+        #[arg(long)]
+        vocab: String,
+        /// Chat template: a file, or a corpus template name (models/templates/NAME.jinja).
+        #[arg(long, group = "tmpl")]
+        template: Option<String>,
+        /// Chat template given inline.
+        #[arg(long, group = "tmpl")]
+        template_text: Option<String>,
+        /// Write no chat template at all.
+        #[arg(long, group = "tmpl")]
+        no_template: bool,
+        /// The `tool_use` template variant (a file or a corpus name).
+        #[arg(long)]
+        tool_use_template: Option<String>,
+        /// Header and tokenizer only, no tensors.
+        #[arg(long)]
+        vocab_only: bool,
+        /// `tiny` (a few MB) or `<N>g` (at least N GB of weights, for benchmarks).
+        #[arg(long, default_value = "tiny")]
+        size: String,
+        /// Seed of the random weights.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+fn print_json(v: &Value, pretty: bool) {
+    if pretty {
+        println!("{}", serde_json::to_string_pretty(v).unwrap());
+    } else {
+        println!("{v}");
+    }
+}
+
+/// Prints the result (or the error JSON) and maps errors to a non-zero exit.
+fn finish(r: Result<Value, Error>, pretty: bool) -> ExitCode {
+    match r {
+        Ok(v) => {
+            print_json(&v, pretty);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            print_json(&e.to_json(), pretty);
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Version => finish(Ok(llb::version()), false),
+        Cmd::Info { model, pretty } => finish(llb::model_info::model_info(&model), pretty),
+        Cmd::Fixture { vocab, template, template_text, no_template, tool_use_template, vocab_only, size, seed, out } => {
+            let run = || -> Result<Value, Error> {
+                if template.is_none() && template_text.is_none() && !no_template {
+                    return Err(Error::new(
+                        ErrorCode::InvalidArgument,
+                        "choose a template: --template FILE|NAME, --template-text STR or --no-template",
+                    ));
+                }
+                let mut opts = FixtureOptions::new(&vocab);
+                opts.template = match (template, template_text) {
+                    (Some(t), _) => Some(fixture::read_template(&t)?),
+                    (None, Some(text)) => Some(text),
+                    _ => None,
+                };
+                opts.tool_use_template = tool_use_template.as_deref().map(fixture::read_template).transpose()?;
+                opts.vocab_only = vocab_only;
+                opts.size = size.parse::<Size>()?;
+                opts.seed = seed;
+                let bytes = fixture::write_fixture(&opts, &out)?;
+                Ok(serde_json::json!({"type": "fixture", "path": out, "tensor_bytes": bytes}))
+            };
+            finish(run(), false)
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Safe wrappers over native/shim.h. Every pointer cast to and from the shim lives here.
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::sys;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::ffi::{CStr, CString};
+use std::os::raw::c_char;
+use std::path::Path;
+use std::ptr;
+
+/// Converts a shim status + message into an llb error.
+fn check(status: sys::llb_shim_status, err: *mut c_char, what: &str) -> Result<()> {
+    if status == sys::LLB_SHIM_OK {
+        return Ok(());
+    }
+    let msg = take_string(err).unwrap_or_else(|| format!("{what} failed"));
+    let code = match status {
+        sys::LLB_SHIM_IO => ErrorCode::IoError,
+        sys::LLB_SHIM_NOT_GGUF => ErrorCode::NotAGguf,
+        sys::LLB_SHIM_TEMPLATE => ErrorCode::TemplateError,
+        sys::LLB_SHIM_INVALID => ErrorCode::InvalidArgument,
+        _ => ErrorCode::Internal,
+    };
+    Err(Error::new(code, msg))
+}
+
+/// Takes ownership of a shim-allocated string.
+fn take_string(p: *mut c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the shim returns NUL-terminated malloc'd strings, released exactly once here.
+    let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    unsafe { sys::llb_shim_string_free(p) };
+    Some(s)
+}
+
+fn take_json<T: for<'de> Deserialize<'de>>(p: *mut c_char, what: &str) -> Result<T> {
+    let text = take_string(p).ok_or_else(|| Error::new(ErrorCode::Internal, format!("{what}: no output")))?;
+    serde_json::from_str(&text).map_err(|e| Error::new(ErrorCode::Internal, format!("{what}: bad shim JSON: {e}")))
+}
+
+fn cstring(s: &str, what: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::new(ErrorCode::InvalidArgument, format!("{what} contains a NUL byte")))
+}
+
+fn path_cstring(path: &Path) -> Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::new(ErrorCode::InvalidArgument, "path contains a NUL byte"))
+}
+
+/// Routes llama.cpp's own logging: on with `verbose`, else dropped.
+pub fn set_logging(verbose: bool) {
+    // SAFETY: no pointers; the shim catches everything.
+    unsafe { sys::llb_shim_set_logging(verbose as i32) }
+}
+
+/// What the GGUF header says, read without loading the model.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GgufHeader {
+    pub architecture: Option<String>,
+    pub name: Option<String>,
+    pub n_ctx_train: Option<i64>,
+    pub n_params: u64,
+    pub n_tensors: i64,
+    pub chat_template: Option<String>,
+    pub tool_use_template: Option<String>,
+    pub bos_text: Option<String>,
+    pub eos_text: Option<String>,
+    pub add_bos: bool,
+    pub add_eos: bool,
+    pub tokenizer_model: Option<String>,
+    pub n_vocab: i64,
+}
+
+pub fn gguf_header(path: &Path) -> Result<GgufHeader> {
+    let c = path_cstring(path)?;
+    let mut out: *mut c_char = ptr::null_mut();
+    let mut err: *mut c_char = ptr::null_mut();
+    // SAFETY: c outlives the call; out/err are valid out-pointers.
+    let st = unsafe { sys::llb_shim_gguf_header(c.as_ptr(), &mut out, &mut err) };
+    check(st, err, "reading the GGUF header")?;
+    take_json(out, "gguf header")
+}
+
+/// The result of llama.cpp's caps probe on a model's templates.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Probe {
+    pub caps: Map<String, Value>,
+    pub caps_source: String,
+    pub has_tool_use_template: bool,
+    pub chat_template: String,
+    pub chat_format: Option<String>,
+    pub tool_parser_error: Option<String>,
+}
+
+impl Probe {
+    fn cap(&self, key: &str) -> bool {
+        self.caps.get(key).and_then(Value::as_bool).unwrap_or(false)
+    }
+
+    /// The gate: the template can describe tools and render tool calls.
+    pub fn supports_tools(&self) -> bool {
+        self.cap("supports_tools") && self.cap("supports_tool_calls")
+    }
+
+    pub fn supports_parallel_tool_calls(&self) -> bool {
+        self.cap("supports_parallel_tool_calls")
+    }
+}
+
+/// A model's chat templates (default + optional `tool_use` variant), owned.
+pub struct Templates {
+    raw: *mut sys::llb_shim_templates,
+}
+
+// SAFETY: the templates are immutable after construction and the shim's functions on them take
+// `const` pointers; llama.cpp's Jinja runtime keeps no global mutable state.
+unsafe impl Send for Templates {}
+unsafe impl Sync for Templates {}
+
+impl Templates {
+    /// As `common_chat_templates_init(model, "")`, from header strings.
+    pub fn from_header(h: &GgufHeader) -> Result<Templates> {
+        let opt = |s: &Option<String>, what| s.as_deref().map(|s| cstring(s, what)).transpose();
+        let def = opt(&h.chat_template, "chat template")?;
+        let tool = opt(&h.tool_use_template, "tool_use template")?;
+        let bos = opt(&h.bos_text, "BOS text")?;
+        let eos = opt(&h.eos_text, "EOS text")?;
+        let p = |c: &Option<CString>| c.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        let mut raw = ptr::null_mut();
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: every CString outlives the call; raw/err are valid out-pointers.
+        let st = unsafe {
+            sys::llb_shim_templates_from_strings(
+                p(&def),
+                p(&tool),
+                p(&bos),
+                p(&eos),
+                h.add_bos as i32,
+                h.add_eos as i32,
+                &mut raw,
+                &mut err,
+            )
+        };
+        check(st, err, "building the chat templates")?;
+        Ok(Templates { raw })
+    }
+
+    /// `common_chat_templates_init(model, "")` on a loaded model.
+    ///
+    /// # Safety
+    /// `model` must be a valid llama_model for the duration of the call.
+    pub unsafe fn from_model(model: *const sys::llama_model) -> Result<Templates> {
+        let mut raw = ptr::null_mut();
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: caller guarantees model; raw/err are valid out-pointers.
+        let st = unsafe { sys::llb_shim_templates_from_model(model, &mut raw, &mut err) };
+        check(st, err, "building the chat templates")?;
+        Ok(Templates { raw })
+    }
+
+    pub fn probe(&self) -> Result<Probe> {
+        let mut out: *mut c_char = ptr::null_mut();
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: self.raw is a live templates object; out/err are valid out-pointers.
+        let st = unsafe { sys::llb_shim_templates_probe(self.raw, &mut out, &mut err) };
+        check(st, err, "probing the chat template")?;
+        take_json(out, "caps probe")
+    }
+}
+
+impl Drop for Templates {
+    fn drop(&mut self) {
+        // SAFETY: raw came from the shim and is freed once.
+        unsafe { sys::llb_shim_templates_free(self.raw) }
+    }
+}
