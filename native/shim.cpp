@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -284,6 +285,7 @@ ojson read_header(const char * path) {
     out["n_ctx_train"] = n_ctx ? ojson(*n_ctx) : ojson(nullptr);
 
     uint64_t n_params = 0;
+    uint64_t data_end = 0;
     const int64_t n_tensors = gguf_get_n_tensors(ctx);
     for (int64_t i = 0; i < n_tensors; ++i) {
         const ggml_type type = gguf_get_tensor_type(ctx, i);
@@ -291,6 +293,24 @@ ojson read_header(const char * path) {
         const size_t tsize   = ggml_type_size(type);
         if (tsize > 0) {
             n_params += (uint64_t) (bytes / tsize) * (uint64_t) ggml_blck_size(type);
+        }
+        data_end = std::max<uint64_t>(data_end, (uint64_t) gguf_get_tensor_offset(ctx, i) + bytes);
+    }
+    // With no_alloc the reader never touches tensor data: check the file holds all of it, so a
+    // download cut short is reported here rather than at load time.
+    if (n_tensors > 0) {
+        const uint64_t need = (uint64_t) gguf_get_data_offset(ctx) + data_end;
+        FILE * sf = std::fopen(path, "rb");
+        long long have = -1;
+        if (sf && std::fseek(sf, 0, SEEK_END) == 0) {
+            have = std::ftell(sf);
+        }
+        if (sf) {
+            std::fclose(sf);
+        }
+        if (have >= 0 && (uint64_t) have < need) {
+            throw shim_error(LLB_SHIM_NOT_GGUF, std::string(path) + " is a truncated GGUF file: its tensors need " +
+                                                     std::to_string(need) + " bytes, the file has " + std::to_string(have));
         }
     }
     out["n_params"]  = n_params;
@@ -482,6 +502,8 @@ llb_shim_status llb_shim_templates_probe(const llb_shim_templates * t, char ** o
         out["caps_source"] = tmpls->template_tool_use ? "tool_use" : (t->chatml_fallback ? "chatml_fallback" : "default");
         out["has_tool_use_template"] = t->had_tool_use;
         out["chat_template"] = source.source();
+        out["bos_token"] = tmpls->template_default->bos_token();
+        out["eos_token"] = tmpls->template_default->eos_token();
         try {
             const common_chat_params params = common_chat_templates_apply(tmpls, probe_inputs());
             out["chat_format"]       = common_chat_format_name(params.format);

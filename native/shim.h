@@ -78,7 +78,7 @@ void llb_shim_templates_free(llb_shim_templates *t);
  * The caps probe. *out_json: {"caps":{...llama.cpp's caps map...},
  *   "caps_source":"tool_use"|"default"|"chatml_fallback", "has_tool_use_template":bool,
  *   "chat_template":"<source the caps came from>", "chat_format":"..."|null,
- *   "tool_parser_error":"..."|null}
+ *   "tool_parser_error":"..."|null, "bos_token":"...", "eos_token":"..."}
  * caps come from the tool_use variant when present, else from the default template.
  * chat_format comes from applying the templates to a one-tool probe request.
  */

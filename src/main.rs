@@ -22,6 +22,9 @@ enum Cmd {
         /// Pretty-print the JSON.
         #[arg(long)]
         pretty: bool,
+        /// Leave out the (long) chat_template text.
+        #[arg(long)]
+        brief: bool,
     },
     /// Print llb's version and the pinned llama.cpp.
     Version,
@@ -82,7 +85,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Version => finish(Ok(llb::version()), false),
-        Cmd::Info { model, pretty } => finish(llb::model_info::model_info(&model), pretty),
+        Cmd::Info { model, pretty, brief } => {
+            let mut r = llb::model_info::model_info(&model);
+            if let (true, Ok(Value::Object(m))) = (brief, &mut r) {
+                m.remove("chat_template");
+            }
+            finish(r, pretty)
+        }
         Cmd::Fixture { vocab, template, template_text, no_template, tool_use_template, vocab_only, size, seed, out } => {
             let run = || -> Result<Value, Error> {
                 if template.is_none() && template_text.is_none() && !no_template {

@@ -94,6 +94,9 @@ pub struct Probe {
     pub chat_template: String,
     pub chat_format: Option<String>,
     pub tool_parser_error: Option<String>,
+    /// The BOS/EOS texts the templates render with.
+    pub bos_token: String,
+    pub eos_token: String,
 }
 
 impl Probe {

@@ -1,0 +1,11 @@
+/* Includes only llb.h: the public header must stand alone under -Wall -Wextra -Werror -pedantic. */
+#include "llb.h"
+
+typedef char *(*version_fn)(void);
+typedef char *(*info_fn)(const char *);
+typedef void (*free_fn)(char *);
+
+/* Taking every function's address checks the declarations, not just the preprocessing. */
+version_fn llb_test_version_ptr = llb_version;
+info_fn llb_test_info_ptr = llb_model_info;
+free_fn llb_test_free_ptr = llb_string_free;

@@ -1,0 +1,98 @@
+//! Shared helpers for the integration tests: generated fixtures, cached per test binary run.
+#![allow(dead_code)]
+
+use llb::fixture::{self, FixtureOptions};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once};
+
+/// This process's fixture folder; folders of test processes that are gone are removed first.
+pub fn fixtures_dir() -> PathBuf {
+    static CLEAN: Once = Once::new();
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("llb-fixtures");
+    CLEAN.call_once(|| {
+        for e in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            let pid = e.file_name().to_string_lossy().into_owned();
+            if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(&pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    });
+    let d = base.join(std::process::id().to_string());
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn templates_dir() -> PathBuf {
+    fixture::llama_cpp_dir().join("models/templates")
+}
+
+/// Every corpus template: (name without .jinja, source).
+pub fn corpus_templates() -> Vec<(String, String)> {
+    let mut v: Vec<_> = std::fs::read_dir(templates_dir())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "jinja"))
+        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every vocabulary of the pinned tree (`models/ggml-vocab-NAME.gguf`).
+pub fn corpus_vocabs() -> Vec<String> {
+    let mut v: Vec<_> = std::fs::read_dir(fixture::llama_cpp_dir().join("models"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_prefix("ggml-vocab-").and_then(|s| s.strip_suffix(".gguf")).map(str::to_string)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The tokenizer a template's model family ships with, among the corpus vocabularies.
+pub fn vocab_for(template: &str) -> &'static str {
+    let t = template.to_lowercase();
+    if t.contains("gemma-4") {
+        "gemma-4"
+    } else if t.contains("qwen3.5") {
+        "qwen35"
+    } else if t.contains("qwen") || t.contains("qwq") || t.contains("mimo") {
+        "qwen2"
+    } else if t.contains("mistral") || t.contains("devstral") || t.contains("gemma-2") {
+        "llama-spm"
+    } else if t.contains("phi-3") {
+        "phi-3"
+    } else if t.contains("command-r") {
+        "command-r"
+    } else if t.contains("deepseek-v3") {
+        "deepseek-llm"
+    } else {
+        "llama-bpe"
+    }
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect()
+}
+
+/// Writes (once per process) a fixture with these options under a name derived from `key`.
+pub fn fixture_with(key: &str, opts: &FixtureOptions) -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let path = fixtures_dir().join(format!("{}.gguf", sanitize(key)));
+    if !path.exists() {
+        fixture::write_fixture(opts, &path).unwrap_or_else(|e| panic!("fixture {key}: {e}"));
+    }
+    path
+}
+
+/// A fixture with a corpus template (by name) and its family's tokenizer.
+pub fn corpus_fixture(template: &str, vocab_only: bool) -> PathBuf {
+    let mut o = FixtureOptions::new(vocab_for(template));
+    o.template = Some(fixture::read_template(template).unwrap());
+    o.vocab_only = vocab_only;
+    fixture_with(&format!("{template}-{}", if vocab_only { "vocab" } else { "tiny" }), &o)
+}
