@@ -1,5 +1,5 @@
 /*
- * llb shim: a C interface over llama.cpp's C++ chat stack (common/chat.h) and GGUF reader.
+ * llb shim: a C interface over llama.cpp's C++ chat stack (common/chat.h).
  *
  * Internal to llb: Rust calls it through bindgen; hosts never see it.
  *
@@ -49,14 +49,6 @@ void llb_shim_set_logging(int32_t verbose);
 
 /* Releases a string returned by the shim. Accepts NULL. */
 void llb_shim_string_free(char *s);
-
-/*
- * Reads only the GGUF header of `path` (metadata, tensor infos; no tensor data, no vocab build).
- * *out_json: {"architecture","name","n_ctx_train","n_params","n_tensors","chat_template",
- *             "tool_use_template","bos_text","eos_text","add_bos","add_eos","tokenizer_model",
- *             "n_vocab"} with null for what the file lacks.
- */
-llb_shim_status llb_shim_gguf_header(const char *path, char **out_json, char **err);
 
 /*
  * Builds templates the way common_chat_templates_init(model, "") does, from strings read from the

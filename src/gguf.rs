@@ -336,3 +336,382 @@ pub fn write(path: &Path, kvs: &[(String, GgufValue)], tensors: &[TensorSpec], s
     }
     std::fs::rename(&tmp, path)
 }
+
+// ---- header inspection -----------------------------------------------------------------------
+
+/// What `llb_model_info` needs from a GGUF header, read without materialising the token arrays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GgufHeader {
+    pub version: u32,
+    pub architecture: Option<String>,
+    pub name: Option<String>,
+    pub n_ctx_train: Option<i64>,
+    pub n_params: u64,
+    pub n_tensors: u64,
+    pub chat_template: Option<String>,
+    pub tool_use_template: Option<String>,
+    pub bos_text: Option<String>,
+    pub eos_text: Option<String>,
+    pub add_bos: bool,
+    pub add_eos: bool,
+    pub tokenizer_model: Option<String>,
+    pub n_vocab: u64,
+    /// Where tensor data starts and the bytes the tensors need after it.
+    pub data_offset: u64,
+    pub data_size: u64,
+}
+
+/// Why a header could not be read.
+#[derive(Debug)]
+pub enum HeaderError {
+    Io(io::Error),
+    /// Not a GGUF, or a malformed one; the message says what is wrong.
+    Invalid(String),
+}
+
+enum Need {
+    Io(io::Error),
+    Bad(String),
+}
+
+fn invalid<T>(msg: impl Into<String>) -> Result<T, Need> {
+    Err(Need::Bad(msg.into()))
+}
+
+/// A bounds-checked, single-pass reader over the start of a file: it reads further on demand,
+/// so only the header's bytes are ever read, and hands out offsets into its buffer.
+struct Cursor<'f> {
+    f: Option<&'f mut File>,
+    buf: Vec<u8>,
+    pos: usize,
+    file_size: u64,
+}
+
+impl Cursor<'_> {
+    fn ensure(&mut self, end: usize) -> Result<(), Need> {
+        if end <= self.buf.len() {
+            return Ok(());
+        }
+        if end as u64 > self.file_size {
+            return Err(Need::Bad("truncated header".into()));
+        }
+        let f = self.f.as_mut().ok_or_else(|| Need::Bad("truncated header".into()))?;
+        // Grow geometrically (at least 256 KiB) so a 6 MB header costs a handful of reads.
+        let target = (end as u64).max(self.buf.len() as u64 * 2).max(1 << 18).min(self.file_size);
+        let have = self.buf.len() as u64;
+        f.take(target - have).read_to_end(&mut self.buf).map_err(Need::Io)?;
+        if end > self.buf.len() {
+            return Err(Need::Bad("truncated header".into()));
+        }
+        Ok(())
+    }
+    /// Advances over `n` bytes, returning where they start.
+    fn take(&mut self, n: u64) -> Result<usize, Need> {
+        let n = usize::try_from(n).map_err(|_| Need::Bad("length overflows".into()))?;
+        let end = self.pos.checked_add(n).ok_or_else(|| Need::Bad("length overflows".into()))?;
+        self.ensure(end)?;
+        let at = self.pos;
+        self.pos = end;
+        Ok(at)
+    }
+    fn bytes(&mut self, n: u64) -> Result<&[u8], Need> {
+        let at = self.take(n)?;
+        Ok(&self.buf[at..self.pos])
+    }
+    fn u32(&mut self) -> Result<u32, Need> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64, Need> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
+    }
+    /// A length-prefixed string: (start, len).
+    fn str(&mut self) -> Result<(usize, usize), Need> {
+        let n = self.u64()?;
+        let at = self.take(n)?;
+        Ok((at, n as usize))
+    }
+}
+
+/// Where a key's value sits, for the few keys read after the first pass.
+#[derive(Clone, Copy)]
+enum Loc {
+    Scalar(u32, usize),
+    Str(usize, usize),
+    /// element type, count, offset of the first element
+    Array(u32, u64, usize),
+}
+
+const GGML_MAX_DIMS: u32 = 4;
+
+fn ggml_type_layout(t: u32) -> Option<(u64, u64)> {
+    // SAFETY: ggml_type_size/ggml_blck_size read a static table; t is checked against the count.
+    unsafe {
+        if t >= crate::sys::GGML_TYPE_COUNT {
+            return None;
+        }
+        let size = crate::sys::ggml_type_size(t) as u64;
+        let blck = crate::sys::ggml_blck_size(t) as u64;
+        (size > 0 && blck > 0).then_some((size, blck))
+    }
+}
+
+fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
+    let mut c = Cursor { f: Some(f), buf: Vec::new(), pos: 0, file_size };
+    if c.bytes(4)? != b"GGUF" {
+        return invalid("not a GGUF file (bad magic)");
+    }
+    let version = c.u32()?;
+    if !(2..=3).contains(&version) {
+        return invalid(format!("unsupported GGUF version {version}"));
+    }
+    let n_tensors = c.u64()?;
+    let n_kv = c.u64()?;
+    // Every KV takes at least 12 bytes and every tensor info at least 24: larger counts lie.
+    if n_kv > file_size / 12 || n_tensors > file_size / 24 {
+        return invalid(format!("implausible counts: {n_kv} keys, {n_tensors} tensors in {file_size} bytes"));
+    }
+    let mut keys: std::collections::HashMap<Vec<u8>, Loc> = std::collections::HashMap::new();
+    for _ in 0..n_kv {
+        let (ka, kn) = c.str()?;
+        let key = c.buf[ka..ka + kn].to_vec();
+        let t = c.u32()?;
+        let loc = if let Some(n) = scalar_size(t) {
+            let at = c.pos;
+            c.take(n as u64)?;
+            Loc::Scalar(t, at)
+        } else if t == ty::STRING {
+            let (at, n) = c.str()?;
+            Loc::Str(at, n)
+        } else if t == ty::ARRAY {
+            let et = c.u32()?;
+            let n = c.u64()?;
+            let at = c.pos;
+            if let Some(sz) = scalar_size(et) {
+                c.take(n.checked_mul(sz as u64).ok_or_else(|| Need::Bad("array size overflows".into()))?)?;
+            } else if et == ty::STRING {
+                if n > file_size / 8 {
+                    return invalid("string array longer than the file");
+                }
+                for _ in 0..n {
+                    c.str()?;
+                }
+            } else {
+                return invalid(format!("unsupported array element type {et}"));
+            }
+            Loc::Array(et, n, at)
+        } else {
+            return invalid(format!("unknown value type {t}"));
+        };
+        if let Some(_dup) = keys.insert(key, loc) {
+            return invalid(format!("duplicate key {}", String::from_utf8_lossy(&c.buf[ka..ka + kn])));
+        }
+    }
+
+    let alignment = match keys.get(b"general.alignment".as_slice()) {
+        None => ALIGNMENT,
+        Some(Loc::Scalar(ty::U32, at)) => {
+            let a = u32::from_le_bytes(c.buf[*at..at + 4].try_into().unwrap()) as u64;
+            if !a.is_power_of_two() {
+                return invalid("general.alignment is not a power of two");
+            }
+            a
+        }
+        Some(_) => return invalid("general.alignment is not a u32"),
+    };
+
+    let mut n_params = 0u64;
+    let mut data_size = 0u64;
+    let mut names = std::collections::HashSet::new();
+    for _ in 0..n_tensors {
+        let (na, nn) = c.str()?;
+        if !names.insert(c.buf[na..na + nn].to_vec()) {
+            return invalid(format!("duplicate tensor {}", String::from_utf8_lossy(&c.buf[na..na + nn])));
+        }
+        let n_dims = c.u32()?;
+        if n_dims == 0 || n_dims > GGML_MAX_DIMS {
+            return invalid(format!("tensor with {n_dims} dimensions"));
+        }
+        let mut ne = [1u64; 4];
+        for d in ne.iter_mut().take(n_dims as usize) {
+            *d = c.u64()?;
+            if *d > i64::MAX as u64 {
+                return invalid("negative tensor dimension");
+            }
+        }
+        let t = c.u32()?;
+        let offset = c.u64()?;
+        let (tsize, blck) = ggml_type_layout(t).ok_or_else(|| Need::Bad(format!("invalid tensor type {t}")))?;
+        if ne[0] % blck != 0 {
+            return invalid("tensor row is not a whole number of blocks");
+        }
+        if offset % alignment != 0 {
+            return invalid("tensor offset is not aligned");
+        }
+        let elems = ne.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).ok_or_else(|| Need::Bad("tensor size overflows".into()))?;
+        let bytes = (elems / blck).checked_mul(tsize).ok_or_else(|| Need::Bad("tensor size overflows".into()))?;
+        n_params = n_params.saturating_add(elems);
+        let end = offset.checked_add(bytes).ok_or_else(|| Need::Bad("tensor offset overflows".into()))?;
+        data_size = data_size.max(end);
+    }
+    let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
+    let b = &c.buf[..];
+    let get_str = |k: &str| -> Option<String> {
+        match keys.get(k.as_bytes()) {
+            Some(Loc::Str(at, n)) => Some(String::from_utf8_lossy(&b[*at..at + n]).into_owned()),
+            _ => None,
+        }
+    };
+    let get_int = |k: &str| -> Option<i64> {
+        let Some(Loc::Scalar(t, at)) = keys.get(k.as_bytes()) else { return None };
+        let s = &b[*at..];
+        Some(match *t {
+            ty::U8 => s[0] as i64,
+            ty::I8 => s[0] as i8 as i64,
+            ty::U16 => u16::from_le_bytes([s[0], s[1]]) as i64,
+            ty::I16 => i16::from_le_bytes([s[0], s[1]]) as i64,
+            ty::U32 => u32::from_le_bytes(s[..4].try_into().unwrap()) as i64,
+            ty::I32 => i32::from_le_bytes(s[..4].try_into().unwrap()) as i64,
+            ty::U64 => u64::from_le_bytes(s[..8].try_into().unwrap()) as i64,
+            ty::I64 => i64::from_le_bytes(s[..8].try_into().unwrap()),
+            _ => return None,
+        })
+    };
+    let get_bool = |k: &str| -> Option<bool> {
+        match keys.get(k.as_bytes()) {
+            Some(Loc::Scalar(ty::BOOL, at)) => Some(b[*at] != 0),
+            _ => None,
+        }
+    };
+
+    if n_tensors > 0 && file_size < data_offset + data_size {
+        return invalid(format!(
+            "truncated: its tensors need {} bytes, the file has {file_size}",
+            data_offset + data_size
+        ));
+    }
+
+    // Tokenizer facts: special-token ids as llama_vocab::load sets them, their text as
+    // common_token_to_piece(vocab, id, special=true) renders it.
+    let model = get_str("tokenizer.ggml.model").unwrap_or_default();
+    let pre = get_str("tokenizer.ggml.pre").unwrap_or_default();
+    let tokens = match keys.get(b"tokenizer.ggml.tokens".as_slice()) {
+        Some(Loc::Array(ty::STRING, n, at)) => Some((*n, *at)),
+        _ => None,
+    };
+    let n_vocab = tokens.map_or(0, |t| t.0);
+    let (mut bos, mut eos) = default_special_ids(&model, &pre);
+    for (key, slot) in [("tokenizer.ggml.bos_token_id", &mut bos), ("tokenizer.ggml.eos_token_id", &mut eos)] {
+        if let Some(v) = get_int(key).filter(|v| *v >= 0 && (*v as u64) < n_vocab) {
+            *slot = Some(v as u64);
+        }
+    }
+    let token_type = |id: u64| -> i32 {
+        match keys.get(b"tokenizer.ggml.token_type".as_slice()) {
+            Some(Loc::Array(ty::I32, n, at)) if id < *n => {
+                let o = at + 4 * id as usize;
+                i32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+            }
+            _ => 1,
+        }
+    };
+    let text_of = |id: Option<u64>| -> Option<String> {
+        let (n, at) = tokens?;
+        let id = id.filter(|i| *i < n)?;
+        // The array was bounds-checked by the first pass.
+        let mut pos = at;
+        let mut next = || {
+            let n = u64::from_le_bytes(b[pos..pos + 8].try_into().unwrap()) as usize;
+            let s = &b[pos + 8..pos + 8 + n];
+            pos += 8 + n;
+            s
+        };
+        for _ in 0..id {
+            next();
+        }
+        Some(token_piece(next(), token_type(id), &model))
+    };
+
+    let architecture = get_str("general.architecture");
+    Ok(GgufHeader {
+        version,
+        n_ctx_train: architecture.as_ref().and_then(|a| get_int(&format!("{a}.context_length"))),
+        architecture,
+        name: get_str("general.name"),
+        n_params,
+        n_tensors,
+        chat_template: get_str("tokenizer.chat_template"),
+        tool_use_template: get_str("tokenizer.chat_template.tool_use"),
+        bos_text: text_of(bos),
+        eos_text: text_of(eos),
+        add_bos: get_bool("tokenizer.ggml.add_bos_token").unwrap_or(model == "llama" || model == "bert"),
+        add_eos: get_bool("tokenizer.ggml.add_eos_token").unwrap_or(model == "t5"),
+        tokenizer_model: (!model.is_empty()).then_some(model),
+        n_vocab,
+        data_offset,
+        data_size,
+    })
+}
+
+/// Default special-token ids per tokenizer model, as llama_vocab::load sets them before reading
+/// `tokenizer.ggml.{bos,eos}_token_id`.
+fn default_special_ids(model: &str, pre: &str) -> (Option<u64>, Option<u64>) {
+    let (bos, eos) = match model {
+        "llama" | "plamo2" => (Some(1), Some(2)),
+        "bert" => (Some(101), None),
+        "gpt2" | "hybriddna" | "whitespace" => (Some(11), Some(11)),
+        "t5" => (None, Some(1)),
+        _ => (None, None),
+    };
+    if pre == "glm4" || pre == "chatglm-bpe" {
+        return (None, eos);
+    }
+    (bos, eos)
+}
+
+/// A token's text as llama.cpp's token_to_piece renders it with special=true.
+fn token_piece(raw: &[u8], token_type: i32, model: &str) -> String {
+    const NORMAL: i32 = 1;
+    const BYTE: i32 = 6;
+    let text = String::from_utf8_lossy(raw);
+    match token_type {
+        NORMAL if model == "gpt2" => byte_level_decode(&text),
+        NORMAL => text.replace('\u{2581}', " "),
+        BYTE if raw.len() == 6 && raw.starts_with(b"<0x") => {
+            u8::from_str_radix(&text[3..5], 16).map(|b| String::from_utf8_lossy(&[b]).into_owned()).unwrap_or_else(|_| text.into_owned())
+        }
+        _ => text.into_owned(),
+    }
+}
+
+/// GPT-2 byte-level BPE: printable code points stand for raw bytes (bytes_to_unicode).
+fn byte_level_decode(text: &str) -> String {
+    let mut cp_to_byte = [None::<u8>; 324];
+    let mut n = 0;
+    for b in 0..=255u8 {
+        let printable = (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+        if printable {
+            cp_to_byte[b as usize] = Some(b);
+        } else {
+            cp_to_byte[256 + n] = Some(b);
+            n += 1;
+        }
+    }
+    let mut out = Vec::new();
+    for ch in text.chars() {
+        match cp_to_byte.get(ch as usize).copied().flatten() {
+            Some(b) => out.push(b),
+            None => out.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Reads and checks a GGUF header, reading only as much of the file as the header spans.
+pub fn read_header(path: &Path) -> Result<GgufHeader, HeaderError> {
+    let mut f = File::open(path).map_err(HeaderError::Io)?;
+    let file_size = f.metadata().map_err(HeaderError::Io)?.len();
+    parse_header(&mut f, file_size).map_err(|e| match e {
+        Need::Io(e) => HeaderError::Io(e),
+        Need::Bad(m) => HeaderError::Invalid(m),
+    })
+}

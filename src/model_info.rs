@@ -5,7 +5,8 @@
 //! 0.03-0.13× of vocab_only); tests/model_info.rs checks the two paths agree on every corpus template.
 
 use crate::error::{bail, Error, ErrorCode, Result};
-use crate::shim::{self, GgufHeader, Probe, Templates};
+use crate::gguf::{self, GgufHeader, HeaderError};
+use crate::shim::{Probe, Templates};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -21,6 +22,17 @@ pub fn check_model_path(path: &Path) -> Result<u64> {
     }
 }
 
+/// The GGUF header, with llb's error codes.
+pub fn read_header(path: &Path) -> Result<GgufHeader> {
+    gguf::read_header(path).map_err(|e| match e {
+        HeaderError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Error::new(ErrorCode::FileNotFound, format!("model file not found: {}", path.display()))
+        }
+        HeaderError::Io(e) => Error::new(ErrorCode::IoError, format!("cannot read {}: {e}", path.display())),
+        HeaderError::Invalid(m) => Error::new(ErrorCode::NotAGguf, format!("{} is not a valid GGUF file: {m}", path.display())),
+    })
+}
+
 /// Header + templates + probe: the caps gate's inputs, shared by model_info and chat create.
 pub struct Inspection {
     pub file_size: u64,
@@ -32,7 +44,7 @@ pub struct Inspection {
 pub fn inspect(path: &Path) -> Result<Inspection> {
     crate::init_backend();
     let file_size = check_model_path(path)?;
-    let header = shim::gguf_header(path)?;
+    let header = read_header(path)?;
     let templates = Templates::from_header(&header)?;
     let probe = templates.probe()?;
     Ok(Inspection { file_size, header, templates, probe })

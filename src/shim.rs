@@ -1,12 +1,12 @@
 //! Safe wrappers over native/shim.h. Every pointer cast to and from the shim lives here.
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::gguf::GgufHeader;
 use crate::sys;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
-use std::path::Path;
 use std::ptr;
 
 /// Converts a shim status + message into an llb error.
@@ -45,44 +45,10 @@ fn cstring(s: &str, what: &str) -> Result<CString> {
     CString::new(s).map_err(|_| Error::new(ErrorCode::InvalidArgument, format!("{what} contains a NUL byte")))
 }
 
-fn path_cstring(path: &Path) -> Result<CString> {
-    use std::os::unix::ffi::OsStrExt;
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| Error::new(ErrorCode::InvalidArgument, "path contains a NUL byte"))
-}
-
 /// Routes llama.cpp's own logging: on with `verbose`, else dropped.
 pub fn set_logging(verbose: bool) {
     // SAFETY: no pointers; the shim catches everything.
     unsafe { sys::llb_shim_set_logging(verbose as i32) }
-}
-
-/// What the GGUF header says, read without loading the model.
-#[derive(Debug, Clone, Deserialize)]
-pub struct GgufHeader {
-    pub architecture: Option<String>,
-    pub name: Option<String>,
-    pub n_ctx_train: Option<i64>,
-    pub n_params: u64,
-    pub n_tensors: i64,
-    pub chat_template: Option<String>,
-    pub tool_use_template: Option<String>,
-    pub bos_text: Option<String>,
-    pub eos_text: Option<String>,
-    pub add_bos: bool,
-    pub add_eos: bool,
-    pub tokenizer_model: Option<String>,
-    pub n_vocab: i64,
-}
-
-pub fn gguf_header(path: &Path) -> Result<GgufHeader> {
-    let c = path_cstring(path)?;
-    let mut out: *mut c_char = ptr::null_mut();
-    let mut err: *mut c_char = ptr::null_mut();
-    // SAFETY: c outlives the call; out/err are valid out-pointers.
-    let st = unsafe { sys::llb_shim_gguf_header(c.as_ptr(), &mut out, &mut err) };
-    check(st, err, "reading the GGUF header")?;
-    take_json(out, "gguf header")
 }
 
 /// The result of llama.cpp's caps probe on a model's templates.

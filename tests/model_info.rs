@@ -88,7 +88,7 @@ fn header_special_tokens_match_llama_cpp_for_every_vocab() {
         o.template = Some(tmpl.to_string());
         o.vocab_only = true;
         let path = fixture_with(&format!("specials-{vocab}"), &o);
-        let header = llb::shim::gguf_header(&path).unwrap();
+        let header = llb::gguf::read_header(&path).unwrap();
         let ours = Templates::from_header(&header).unwrap().probe().unwrap();
         let theirs = reference_probe(&path);
         if (ours.bos_token.as_str(), ours.eos_token.as_str()) != (theirs.bos_token.as_str(), theirs.eos_token.as_str()) {
@@ -234,7 +234,7 @@ fn truncated_gguf_is_not_a_gguf_at_every_cut() {
     let full = corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false);
     let bytes = std::fs::read(&full).unwrap();
     let header_len = {
-        let h = llb::shim::gguf_header(&full).unwrap();
+        let h = llb::gguf::read_header(&full).unwrap();
         assert!(h.n_tensors > 0);
         // the data section starts after the header; cut in the KV area, the tensor infos and the data
         bytes.len() / 2
