@@ -28,6 +28,18 @@
 
 #include <stdint.h>
 
+/**
+ * An engine: one conversation's context (KV cache) over a shared model. Opaque to hosts.
+ */
+typedef struct llb_chat llb_chat;
+
+/**
+ * Receives an event as JSON. Called on the thread that runs the operation; `event_json` is
+ * valid only during the call (copy it to keep it). Return 0 to continue, non-zero to cancel the
+ * running operation.
+ */
+typedef int32_t (*llb_event_fn)(const char *event_json, void *user_data);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -78,6 +90,80 @@ char *llb_model_info(const char *gguf_path);
  * `s` is NULL or a string returned by llb that has not been released yet.
  */
 void llb_string_free(char *s);
+
+/**
+ * Opens an engine for the model in `config_json`:
+ * `{"model_path":"...","n_ctx":4096,"n_threads":null,"n_batch":512,"seed":null,"chat_template_kwargs":{}}`.
+ *
+ * Only tool-capable models load: when the model's chat template cannot describe tools and
+ * render tool calls (llama.cpp's caps probe, `tool_use` variant preferred), this emits
+ * `{"type":"create_failure","code":"tools_unsupported","message":"Model <file> rejected: ...","caps":{...}}`
+ * to `on_event` and returns NULL, before the weights are loaded or a KV cache is allocated.
+ * There is no override. Other failures emit `create_failure` with their code
+ * (`invalid_json`, `invalid_argument` naming the field, `file_not_found`, `not_a_gguf`,
+ * `model_load_failed`, `template_error`, `context_create_failed`) and return NULL.
+ *
+ * `on_event` may be NULL, but then the reason for a NULL return is lost: hosts should pass one
+ * (or call `llb_model_info` first). The same callback later receives the engine's streaming
+ * chunks and progress events (see `llb_chat_infer`); `user_data` is passed back untouched and
+ * must stay valid until `llb_chat_destroy`.
+ *
+ * `config_json`: not retained after return.
+ *
+ * Ownership: the returned handle is owned by the caller; release it with `llb_chat_destroy`
+ * exactly once. Engines opened on the same model file share one copy of the weights.
+ *
+ * Threads: may be called from any thread, concurrently with anything.
+ *
+ * # Safety
+ * `config_json` is NULL or a NUL-terminated string valid for the call; `on_event`, when not
+ * NULL, is callable with `user_data` until the engine is destroyed.
+ */
+llb_chat *llb_chat_create(const char *config_json, llb_event_fn on_event, void *user_data);
+
+/**
+ * Runs one OpenAI chat completion on the engine and returns the `chat.completion` JSON:
+ * `{"id","object":"chat.completion","created","model","choices":[{"index":0,"message":{"role":
+ * "assistant","content":...,"tool_calls":[...],"reasoning_content":...},"finish_reason":...}],
+ * "usage":{...,"prompt_tokens_details":{"cached_tokens":N}},"timings":{...}}`.
+ *
+ * With `"stream": true`, each delta also goes to the engine's `on_event` as
+ * `{"type":"chunk","data":<chat.completion.chunk>}` while generating, and the final completion
+ * is still returned. `on_event` also receives `{"type":"progress",...}` events (after each
+ * prompt batch and every 16 generated tokens); returning non-zero from any event cancels:
+ * the call returns the partial completion with `finish_reason:"cancelled"` and the engine
+ * stays usable.
+ *
+ * Errors: `invalid_argument` (NULL, unknown or wrong-typed field, named in the message),
+ * `invalid_json`, `template_error`, `context_overflow`, `busy`, `internal`.
+ *
+ * `request_json`: not retained after return.
+ *
+ * Ownership: the caller owns the returned string; release it with `llb_string_free` exactly
+ * once. Never returns NULL.
+ *
+ * Threads: one request at a time per engine. A call on an engine that is running a request on
+ * another thread returns a `busy` error at once. Different engines run concurrently.
+ *
+ * # Safety
+ * `chat` is NULL or a live handle from `llb_chat_create`; `request_json` is NULL or a
+ * NUL-terminated string valid for the call.
+ */
+char *llb_chat_infer(llb_chat *chat, const char *request_json);
+
+/**
+ * Destroys an engine: frees its context, and the model's weights when no other engine uses
+ * them. NULL is accepted and ignored.
+ *
+ * Destroying an engine while a call on it is running on another thread, or destroying it
+ * twice, is a host error (undefined behaviour), as with any freed handle.
+ *
+ * Threads: may be called from any thread once no call on this engine is running.
+ *
+ * # Safety
+ * `chat` is NULL or a live handle from `llb_chat_create`, not used again afterwards.
+ */
+void llb_chat_destroy(llb_chat *chat);
 
 #ifdef __cplusplus
 }  // extern "C"

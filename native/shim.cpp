@@ -8,7 +8,9 @@
 #include "chat_templates_layout.h"
 
 #include "chat.h"
+#include "json-schema-to-grammar.h"
 #include "log.h"
+#include "peg-parser.h"
 #include "ggml.h"
 #include "llama.h"
 
@@ -119,7 +121,37 @@ common_chat_templates_inputs probe_inputs() {
     return inputs;
 }
 
+ojson msg_json(const common_chat_msg & msg) {
+    ojson calls = ojson::array();
+    for (const auto & tc : msg.tool_calls) {
+        calls.push_back({ { "name", tc.name }, { "arguments", tc.arguments }, { "id", tc.id } });
+    }
+    return {
+        { "content", msg.content },
+        { "reasoning_content", msg.reasoning_content },
+        { "tool_calls", calls },
+    };
+}
+
+common_chat_tool_choice tool_choice_from(const ojson & v) {
+    const std::string s = v.is_string() ? v.get<std::string>() : "auto";
+    if (s == "auto") {
+        return COMMON_CHAT_TOOL_CHOICE_AUTO;
+    }
+    if (s == "none") {
+        return COMMON_CHAT_TOOL_CHOICE_NONE;
+    }
+    if (s == "required") {
+        return COMMON_CHAT_TOOL_CHOICE_REQUIRED;
+    }
+    throw shim_error(LLB_SHIM_INVALID, "tool_choice must be auto, none or required, not " + s);
+}
+
 }  // namespace
+
+struct llb_shim_parser {
+    common_chat_parser_params params;
+};
 
 static std::atomic<bool> g_verbose{false};
 
@@ -211,6 +243,178 @@ llb_shim_status llb_shim_templates_from_model(const llama_model * model, llb_shi
             throw shim_error(LLB_SHIM_TEMPLATE, std::string("chat template failed to parse: ") + e.what());
         }
         *out = t.release();
+    });
+}
+
+llb_shim_status llb_shim_templates_apply(const llb_shim_templates * t, const char * inputs_json, char ** out_json,
+                                         char ** err) {
+    return guard(err, [&] {
+        if (!t || !t->tmpls || !inputs_json || !out_json) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL argument");
+        }
+        ojson in;
+        std::vector<common_chat_msg> messages;
+        std::vector<common_chat_tool> tools;
+        try {
+            in       = ojson::parse(inputs_json);
+            messages = common_chat_msgs_parse_oaicompat(in.at("messages"));
+            if (in.contains("tools") && in.at("tools").is_array()) {
+                tools = common_chat_tools_parse_oaicompat(in.at("tools"));
+            }
+        } catch (const shim_error &) {
+            throw;
+        } catch (const std::exception & e) {
+            throw shim_error(LLB_SHIM_INVALID, std::string("invalid messages or tools: ") + e.what());
+        }
+        common_chat_templates_inputs inputs;
+        inputs.messages              = std::move(messages);
+        inputs.tools                 = std::move(tools);
+        inputs.tool_choice           = tool_choice_from(in.value("tool_choice", ojson("auto")));
+        inputs.parallel_tool_calls   = in.value("parallel_tool_calls", false);
+        inputs.reasoning_format      = common_reasoning_format_from_name(in.value("reasoning_format", std::string("none")));
+        inputs.enable_thinking       = in.value("enable_thinking", true);
+        inputs.add_generation_prompt = in.value("add_generation_prompt", true);
+        inputs.use_jinja             = true;
+        inputs.add_bos               = t->tmpls->add_bos;
+        inputs.add_eos               = t->tmpls->add_eos;
+        if (in.contains("json_schema") && !in.at("json_schema").is_null()) {
+            inputs.json_schema = in.at("json_schema").dump();
+        }
+        if (in.contains("chat_template_kwargs") && in.at("chat_template_kwargs").is_object()) {
+            for (const auto & item : in.at("chat_template_kwargs").items()) {
+                inputs.chat_template_kwargs[item.key()] = item.value().dump();
+            }
+        }
+        common_chat_params params;
+        try {
+            params = common_chat_templates_apply(t->tmpls.get(), inputs);
+        } catch (const std::exception & e) {
+            throw shim_error(LLB_SHIM_TEMPLATE, e.what());
+        }
+        ojson triggers = ojson::array();
+        for (const auto & tr : params.grammar_triggers) {
+            triggers.push_back({ { "type", (int) tr.type }, { "value", tr.value } });
+        }
+        ojson out = {
+            { "prompt", params.prompt },
+            { "format", (int) params.format },
+            { "format_name", common_chat_format_name(params.format) },
+            { "grammar", params.grammar },
+            { "grammar_lazy", params.grammar_lazy },
+            { "grammar_triggers", triggers },
+            { "preserved_tokens", params.preserved_tokens },
+            { "additional_stops", params.additional_stops },
+            { "generation_prompt", params.generation_prompt },
+            { "parser", params.parser },
+            { "supports_thinking", params.supports_thinking },
+            { "thinking_start_tag", params.thinking_start_tag },
+            { "thinking_end_tag", params.thinking_end_tag },
+        };
+        *out_json = dup_string(out.dump(-1, ' ', false, ojson::error_handler_t::replace));
+    });
+}
+
+llb_shim_status llb_shim_parser_new(int32_t format, const char * parser, const char * generation_prompt,
+                                    const char * reasoning_format, int32_t parse_tool_calls, llb_shim_parser ** out,
+                                    char ** err) {
+    return guard(err, [&] {
+        if (!out || format < 0 || format >= COMMON_CHAT_FORMAT_COUNT) {
+            throw shim_error(LLB_SHIM_INVALID, "bad parser arguments");
+        }
+        *out   = nullptr;
+        auto p = std::make_unique<llb_shim_parser>();
+        p->params.format            = (common_chat_format) format;
+        p->params.generation_prompt = generation_prompt ? generation_prompt : "";
+        p->params.reasoning_format  = common_reasoning_format_from_name(reasoning_format ? reasoning_format : "none");
+        p->params.parse_tool_calls  = parse_tool_calls != 0;
+        if (parser && *parser) {
+            p->params.parser.load(parser);
+        }
+        *out = p.release();
+    });
+}
+
+void llb_shim_parser_free(llb_shim_parser * p) {
+    delete p;
+}
+
+llb_shim_status llb_shim_parser_parse(const llb_shim_parser * p, const char * text, size_t len, int32_t is_partial,
+                                      char ** out_json, char ** err) {
+    return guard(err, [&] {
+        if (!p || (!text && len > 0) || !out_json) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL argument");
+        }
+        common_chat_msg msg;
+        try {
+            msg = common_chat_parse(std::string(text ? text : "", len), is_partial != 0, p->params);
+        } catch (const std::exception & e) {
+            throw shim_error(LLB_SHIM_PARSE, e.what());
+        }
+        *out_json = dup_string(msg_json(msg).dump(-1, ' ', false, ojson::error_handler_t::replace));
+    });
+}
+
+llb_shim_status llb_shim_tool_section_grammar(const char * parser, const char * tools_json, char ** out_grammar,
+                                              char ** err) {
+    return guard(err, [&] {
+        if (!parser || !tools_json || !out_grammar) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL argument");
+        }
+        common_peg_arena arena;
+        arena.load(parser);
+        const ojson tools = ojson::parse(tools_json);
+        std::string grammar = build_grammar([&](const common_grammar_builder & builder) {
+            if (tools.is_array()) {
+                for (const auto & tool : tools) {
+                    if (!tool.contains("function")) {
+                        continue;
+                    }
+                    const auto & function = tool.at("function");
+                    auto schema = function.contains("parameters") ? function.at("parameters") : ojson::object();
+                    builder.resolve_refs(schema);
+                }
+            }
+            arena.build_grammar(builder, /* lazy = */ true);
+        });
+        // No trigger rule: the lazy root is empty.
+        if (grammar.find("root ::= \n") != std::string::npos) {
+            grammar.clear();
+        }
+        *out_grammar = dup_string(grammar);
+    });
+}
+
+llb_shim_status llb_shim_grammar_new(const llama_vocab * vocab, const char * grammar, int32_t lazy,
+                                     const char ** patterns, size_t n_patterns, const int32_t * tokens,
+                                     size_t n_tokens, llama_sampler ** out, char ** err) {
+    return guard(err, [&] {
+        if (!vocab || !grammar || !out) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL argument");
+        }
+        *out = lazy ? llama_sampler_init_grammar_lazy_patterns(vocab, grammar, "root", patterns, n_patterns,
+                                                                (const llama_token *) tokens, n_tokens)
+                    : llama_sampler_init_grammar(vocab, grammar, "root");
+        if (!*out) {
+            throw shim_error(LLB_SHIM_INVALID, "the grammar does not parse");
+        }
+    });
+}
+
+llb_shim_status llb_shim_sampler_accept(llama_sampler * s, int32_t token, char ** err) {
+    return guard(err, [&] {
+        if (!s) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL sampler");
+        }
+        llama_sampler_accept(s, token);
+    });
+}
+
+llb_shim_status llb_shim_sampler_apply(llama_sampler * s, llama_token_data_array * cur, char ** err) {
+    return guard(err, [&] {
+        if (!s || !cur) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL argument");
+        }
+        llama_sampler_apply(s, cur);
     });
 }
 

@@ -35,7 +35,9 @@ typedef enum llb_shim_status {
     /* A request handed to the shim was malformed. */
     LLB_SHIM_INVALID = 4,
     /* Anything else (an unexpected exception, allocation failure). */
-    LLB_SHIM_INTERNAL = 5
+    LLB_SHIM_INTERNAL = 5,
+    /* The model's output does not parse with the template's parser. */
+    LLB_SHIM_PARSE = 6
 } llb_shim_status;
 
 /* Chat templates of one model: the default template and the optional `tool_use` variant. */
@@ -75,6 +77,68 @@ void llb_shim_templates_free(llb_shim_templates *t);
  * chat_format comes from applying the templates to a one-tool probe request.
  */
 llb_shim_status llb_shim_templates_probe(const llb_shim_templates *t, char **out_json, char **err);
+
+/*
+ * common_chat_templates_apply. `inputs_json`:
+ *   {"messages":[OpenAI messages], "tools":[OpenAI tools]|null, "tool_choice":"auto"|"none"|"required",
+ *    "parallel_tool_calls":bool, "reasoning_format":"none"|"auto", "enable_thinking":bool,
+ *    "chat_template_kwargs":{k:any}, "json_schema":{...}|null, "add_generation_prompt":bool}
+ * *out_json: {"prompt","format","format_name","grammar","grammar_lazy",
+ *   "grammar_triggers":[{"type":0..3,"value":"..."}],"preserved_tokens":[...],"additional_stops":[...],
+ *   "generation_prompt","parser","supports_thinking","thinking_start_tag","thinking_end_tag"}
+ * Template exceptions come back as LLB_SHIM_TEMPLATE, bad inputs as LLB_SHIM_INVALID.
+ */
+llb_shim_status llb_shim_templates_apply(const llb_shim_templates *t, const char *inputs_json,
+                                         char **out_json, char **err);
+
+/* An output parser for one request (from the apply result). */
+typedef struct llb_shim_parser llb_shim_parser;
+
+/*
+ * Builds the parser: `format` and `parser` (serialized PEG arena, may be empty) and
+ * `generation_prompt` from the apply result; `reasoning_format` "none"|"auto";
+ * `parse_tool_calls` 0/1.
+ */
+llb_shim_status llb_shim_parser_new(int32_t format, const char *parser, const char *generation_prompt,
+                                    const char *reasoning_format, int32_t parse_tool_calls,
+                                    llb_shim_parser **out, char **err);
+
+/* Accepts NULL. */
+void llb_shim_parser_free(llb_shim_parser *p);
+
+/*
+ * common_chat_parse of `text` (`len` bytes). `is_partial` != 0 while streaming.
+ * *out_json: {"content":"...","reasoning_content":"...","tool_calls":[{"name","arguments","id"}]}
+ * A text that does not parse is LLB_SHIM_PARSE with the parser's message.
+ */
+llb_shim_status llb_shim_parser_parse(const llb_shim_parser *p, const char *text, size_t len, int32_t is_partial,
+                                      char **out_json, char **err);
+
+/*
+ * The grammar of the tool-call section alone: the `required` parser arena's grammar built in lazy
+ * mode, whose root is the union of its trigger rules (each starts at the tool-call marker).
+ * Used non-lazily it makes a reply start with the tool call. `tools_json` is the request's tools
+ * (their schemas' $refs are resolved as llama.cpp does). *out_grammar is "" when the arena has no
+ * trigger rule.
+ */
+llb_shim_status llb_shim_tool_section_grammar(const char *parser, const char *tools_json, char **out_grammar,
+                                              char **err);
+
+struct llama_vocab;
+struct llama_sampler;
+struct llama_token_data_array;
+
+/*
+ * Grammar samplers, with llama.cpp's exceptions caught. `lazy` != 0 uses the trigger patterns
+ * (regexes) and tokens; otherwise they are ignored.
+ */
+llb_shim_status llb_shim_grammar_new(const struct llama_vocab *vocab, const char *grammar, int32_t lazy,
+                                     const char **patterns, size_t n_patterns, const int32_t *tokens,
+                                     size_t n_tokens, struct llama_sampler **out, char **err);
+
+/* llama_sampler_accept / llama_sampler_apply, exceptions caught (a rejected token throws). */
+llb_shim_status llb_shim_sampler_accept(struct llama_sampler *s, int32_t token, char **err);
+llb_shim_status llb_shim_sampler_apply(struct llama_sampler *s, struct llama_token_data_array *cur, char **err);
 
 #ifdef __cplusplus
 }

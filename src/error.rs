@@ -25,6 +25,12 @@ pub enum ErrorCode {
     ToolsUnsupported,
     /// A bug in llb or an unexpected failure (a caught panic or C++ exception).
     Internal,
+    /// llama.cpp could not create a context (KV cache) with the requested parameters.
+    ContextCreateFailed,
+    /// The prompt does not fit in the engine's context.
+    ContextOverflow,
+    /// The engine is running another request.
+    Busy,
 }
 
 impl ErrorCode {
@@ -38,6 +44,9 @@ impl ErrorCode {
         ErrorCode::TemplateError,
         ErrorCode::ToolsUnsupported,
         ErrorCode::Internal,
+        ErrorCode::ContextCreateFailed,
+        ErrorCode::ContextOverflow,
+        ErrorCode::Busy,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +60,9 @@ impl ErrorCode {
             ErrorCode::TemplateError => "template_error",
             ErrorCode::ToolsUnsupported => "tools_unsupported",
             ErrorCode::Internal => "internal",
+            ErrorCode::ContextCreateFailed => "context_create_failed",
+            ErrorCode::ContextOverflow => "context_overflow",
+            ErrorCode::Busy => "busy",
         }
     }
 }

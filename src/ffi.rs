@@ -1,4 +1,5 @@
 //! The C ABI. This module only converts and guards (STYLE §11): every export runs inside
+#![allow(non_camel_case_types)] // the C names are the ABI
 //! [`guard`], which catches panics, and every pointer cast of the ABI happens here.
 //!
 //! Ownership, in the words the header repeats: every returned `char *` is owned by the caller
@@ -7,7 +8,7 @@
 use crate::error::{Error, ErrorCode};
 use serde_json::Value;
 use std::ffi::{CStr, CString};
-use std::os::raw::c_char;
+use std::os::raw::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
@@ -121,6 +122,158 @@ pub unsafe extern "C" fn llb_string_free(s: *mut c_char) {
             if !s.is_null() {
                 // SAFETY: s came from CString::into_raw in this module and is released once.
                 drop(unsafe { CString::from_raw(s) });
+            }
+        },
+    )
+}
+
+/// An engine: one conversation's context (KV cache) over a shared model. Opaque to hosts.
+pub struct llb_chat {
+    engine: crate::engine::Engine,
+}
+
+/// Receives an event as JSON. Called on the thread that runs the operation; `event_json` is
+/// valid only during the call (copy it to keep it). Return 0 to continue, non-zero to cancel the
+/// running operation.
+pub type llb_event_fn = Option<unsafe extern "C" fn(event_json: *const c_char, user_data: *mut c_void) -> i32>;
+
+/// The host's callback and its opaque pointer.
+struct HostCallback {
+    f: unsafe extern "C" fn(*const c_char, *mut c_void) -> i32,
+    user_data: *mut c_void,
+}
+
+// SAFETY: llb calls the callback only on the thread running the operation the host started;
+// what user_data points to is the host's to make safe for that use (documented in the header).
+unsafe impl Send for HostCallback {}
+unsafe impl Sync for HostCallback {}
+
+impl HostCallback {
+    fn call(&self, v: &Value) -> bool {
+        let Ok(c) = CString::new(v.to_string()) else { return true };
+        // SAFETY: a valid NUL-terminated string, alive for the call; the host's function pointer.
+        unsafe { (self.f)(c.as_ptr(), self.user_data) == 0 }
+    }
+}
+
+/// Opens an engine for the model in `config_json`:
+/// `{"model_path":"...","n_ctx":4096,"n_threads":null,"n_batch":512,"seed":null,"chat_template_kwargs":{}}`.
+///
+/// Only tool-capable models load: when the model's chat template cannot describe tools and
+/// render tool calls (llama.cpp's caps probe, `tool_use` variant preferred), this emits
+/// `{"type":"create_failure","code":"tools_unsupported","message":"Model <file> rejected: ...","caps":{...}}`
+/// to `on_event` and returns NULL, before the weights are loaded or a KV cache is allocated.
+/// There is no override. Other failures emit `create_failure` with their code
+/// (`invalid_json`, `invalid_argument` naming the field, `file_not_found`, `not_a_gguf`,
+/// `model_load_failed`, `template_error`, `context_create_failed`) and return NULL.
+///
+/// `on_event` may be NULL, but then the reason for a NULL return is lost: hosts should pass one
+/// (or call `llb_model_info` first). The same callback later receives the engine's streaming
+/// chunks and progress events (see `llb_chat_infer`); `user_data` is passed back untouched and
+/// must stay valid until `llb_chat_destroy`.
+///
+/// `config_json`: not retained after return.
+///
+/// Ownership: the returned handle is owned by the caller; release it with `llb_chat_destroy`
+/// exactly once. Engines opened on the same model file share one copy of the weights.
+///
+/// Threads: may be called from any thread, concurrently with anything.
+///
+/// # Safety
+/// `config_json` is NULL or a NUL-terminated string valid for the call; `on_event`, when not
+/// NULL, is callable with `user_data` until the engine is destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn llb_chat_create(config_json: *const c_char, on_event: llb_event_fn, user_data: *mut c_void) -> *mut llb_chat {
+    let cb = on_event.map(|f| std::sync::Arc::new(HostCallback { f, user_data }));
+    let fail = |e: &Error| {
+        if let Some(cb) = &cb {
+            cb.call(&e.to_json_typed("create_failure"));
+        }
+        std::ptr::null_mut()
+    };
+    guard(
+        || fail(&Error::new(ErrorCode::Internal, panic_message())),
+        || {
+            // SAFETY: forwarded caller contract.
+            let text = match unsafe { arg_str(config_json, "config_json") } {
+                Ok(t) => t,
+                Err(e) => return fail(&e),
+            };
+            let config = match crate::request::parse::<crate::request::EngineConfig>(text, "config") {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let sink: Option<crate::engine::EventSink> = cb.clone().map(|cb| Box::new(move |v: &Value| cb.call(v)) as crate::engine::EventSink);
+            match crate::engine::Engine::create(config, sink) {
+                Ok(engine) => Box::into_raw(Box::new(llb_chat { engine })),
+                Err(e) => fail(&e),
+            }
+        },
+    )
+}
+
+/// Runs one OpenAI chat completion on the engine and returns the `chat.completion` JSON:
+/// `{"id","object":"chat.completion","created","model","choices":[{"index":0,"message":{"role":
+/// "assistant","content":...,"tool_calls":[...],"reasoning_content":...},"finish_reason":...}],
+/// "usage":{...,"prompt_tokens_details":{"cached_tokens":N}},"timings":{...}}`.
+///
+/// With `"stream": true`, each delta also goes to the engine's `on_event` as
+/// `{"type":"chunk","data":<chat.completion.chunk>}` while generating, and the final completion
+/// is still returned. `on_event` also receives `{"type":"progress",...}` events (after each
+/// prompt batch and every 16 generated tokens); returning non-zero from any event cancels:
+/// the call returns the partial completion with `finish_reason:"cancelled"` and the engine
+/// stays usable.
+///
+/// Errors: `invalid_argument` (NULL, unknown or wrong-typed field, named in the message),
+/// `invalid_json`, `template_error`, `context_overflow`, `busy`, `internal`.
+///
+/// `request_json`: not retained after return.
+///
+/// Ownership: the caller owns the returned string; release it with `llb_string_free` exactly
+/// once. Never returns NULL.
+///
+/// Threads: one request at a time per engine. A call on an engine that is running a request on
+/// another thread returns a `busy` error at once. Different engines run concurrently.
+///
+/// # Safety
+/// `chat` is NULL or a live handle from `llb_chat_create`; `request_json` is NULL or a
+/// NUL-terminated string valid for the call.
+#[no_mangle]
+pub unsafe extern "C" fn llb_chat_infer(chat: *mut llb_chat, request_json: *const c_char) -> *mut c_char {
+    guard(internal_c, || {
+        if chat.is_null() {
+            return error_c(&Error::new(ErrorCode::InvalidArgument, "chat is NULL"));
+        }
+        // SAFETY: forwarded caller contract.
+        let text = match unsafe { arg_str(request_json, "request_json") } {
+            Ok(t) => t,
+            Err(e) => return error_c(&e),
+        };
+        // SAFETY: chat is a live handle (caller contract); infer takes &self and serializes
+        // concurrent calls itself.
+        let engine = unsafe { &(*chat).engine };
+        json_result(engine.infer(text))
+    })
+}
+
+/// Destroys an engine: frees its context, and the model's weights when no other engine uses
+/// them. NULL is accepted and ignored.
+///
+/// Destroying an engine while a call on it is running on another thread, or destroying it
+/// twice, is a host error (undefined behaviour), as with any freed handle.
+///
+/// Threads: may be called from any thread once no call on this engine is running.
+///
+/// # Safety
+/// `chat` is NULL or a live handle from `llb_chat_create`, not used again afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn llb_chat_destroy(chat: *mut llb_chat) {
+    guard(
+        || (),
+        || {
+            if !chat.is_null() {
+                // SAFETY: chat came from Box::into_raw in llb_chat_create and is freed once.
+                drop(unsafe { Box::from_raw(chat) });
             }
         },
     )

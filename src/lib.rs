@@ -3,11 +3,16 @@
 //! The C ABI lives in [`ffi`] (header: include/llb.h). Everything else is plain Rust that the
 //! ABI, the `llb` CLI and the tests share: JSON in → typed request → engine → shim → llama.cpp.
 
+pub mod constrain;
+pub mod engine;
 pub mod error;
 pub mod ffi;
 pub mod fixture;
 pub mod gguf;
+pub mod model;
 pub mod model_info;
+pub mod request;
+pub mod sampler;
 pub mod shim;
 pub mod sys;
 

@@ -3,7 +3,7 @@
 use clap::{Parser, Subcommand};
 use llb::error::{Error, ErrorCode};
 use llb::fixture::{self, FixtureOptions, Size};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -25,6 +25,35 @@ enum Cmd {
         /// Leave out the (long) chat_template text.
         #[arg(long)]
         brief: bool,
+    },
+    /// Run one tool-calling chat completion and print it.
+    Chat {
+        model: PathBuf,
+        /// The user's message.
+        prompt: String,
+        /// A JSON file with the OpenAI `tools` array.
+        #[arg(long)]
+        tools: Option<PathBuf>,
+        /// auto | none | required | a tool's name.
+        #[arg(long, default_value = "auto")]
+        tool_choice: String,
+        /// Print the deltas as they come (chat.completion.chunk JSON lines on stderr).
+        #[arg(long)]
+        stream: bool,
+        #[arg(long)]
+        max_tokens: Option<u32>,
+        #[arg(long)]
+        temperature: Option<f32>,
+        #[arg(long)]
+        seed: Option<u64>,
+        /// A system message.
+        #[arg(long)]
+        system: Option<String>,
+        #[arg(long, default_value_t = 4096)]
+        n_ctx: u32,
+        /// Pretty-print the final completion.
+        #[arg(long)]
+        pretty: bool,
     },
     /// Print llb's version and the pinned llama.cpp.
     Version,
@@ -85,6 +114,58 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Version => finish(Ok(llb::version()), false),
+        Cmd::Chat { model, prompt, tools, tool_choice, stream, max_tokens, temperature, seed, system, n_ctx, pretty } => {
+            let run = || -> Result<Value, Error> {
+                let tools: Option<Value> = match tools {
+                    Some(p) => {
+                        let text = std::fs::read_to_string(&p)
+                            .map_err(|e| Error::new(ErrorCode::FileNotFound, format!("{}: {e}", p.display())))?;
+                        Some(serde_json::from_str(&text).map_err(|e| Error::new(ErrorCode::InvalidJson, format!("{}: {e}", p.display())))?)
+                    }
+                    None => None,
+                };
+                let choice = match tool_choice.as_str() {
+                    "auto" | "none" | "required" => json!(tool_choice),
+                    name => json!({"type": "function", "function": {"name": name}}),
+                };
+                let mut messages = vec![];
+                if let Some(s) = system {
+                    messages.push(json!({"role": "system", "content": s}));
+                }
+                messages.push(json!({"role": "user", "content": prompt}));
+                let mut req = json!({"messages": messages, "stream": stream});
+                if let Some(t) = tools {
+                    req["tools"] = t;
+                    req["tool_choice"] = choice;
+                }
+                if let Some(m) = max_tokens {
+                    req["max_tokens"] = json!(m);
+                }
+                if let Some(t) = temperature {
+                    req["temperature"] = json!(t);
+                }
+                if let Some(s) = seed {
+                    req["seed"] = json!(s);
+                }
+                let sink: llb::engine::EventSink = Box::new(|ev: &Value| {
+                    if ev["type"] == "chunk" {
+                        eprintln!("{}", ev["data"]);
+                    }
+                    true
+                });
+                let config = llb::request::EngineConfig {
+                    model_path: model.to_string_lossy().into_owned(),
+                    n_ctx: Some(n_ctx),
+                    n_threads: None,
+                    n_batch: None,
+                    seed: None,
+                    chat_template_kwargs: None,
+                };
+                let engine = llb::engine::Engine::create(config, Some(sink))?;
+                engine.infer(&req.to_string())
+            };
+            finish(run(), pretty)
+        }
         Cmd::Info { model, pretty, brief } => {
             let mut r = llb::model_info::model_info(&model);
             if let (true, Ok(Value::Object(m))) = (brief, &mut r) {

@@ -20,6 +20,7 @@ fn check(status: sys::llb_shim_status, err: *mut c_char, what: &str) -> Result<(
         sys::LLB_SHIM_NOT_GGUF => ErrorCode::NotAGguf,
         sys::LLB_SHIM_TEMPLATE => ErrorCode::TemplateError,
         sys::LLB_SHIM_INVALID => ErrorCode::InvalidArgument,
+        sys::LLB_SHIM_PARSE => ErrorCode::TemplateError,
         _ => ErrorCode::Internal,
     };
     Err(Error::new(code, msg))
@@ -138,6 +139,121 @@ impl Templates {
         let st = unsafe { sys::llb_shim_templates_probe(self.raw, &mut out, &mut err) };
         check(st, err, "probing the chat template")?;
         take_json(out, "caps probe")
+    }
+}
+
+/// One grammar trigger of the apply result (common_grammar_trigger_type numbering).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Trigger {
+    #[serde(rename = "type")]
+    pub kind: i32,
+    pub value: String,
+}
+
+pub const TRIGGER_TOKEN: i32 = 0;
+pub const TRIGGER_WORD: i32 = 1;
+pub const TRIGGER_PATTERN: i32 = 2;
+pub const TRIGGER_PATTERN_FULL: i32 = 3;
+
+/// common_chat_params: what llama.cpp's chat stack derives for one request.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatParams {
+    pub prompt: String,
+    pub format: i32,
+    pub format_name: String,
+    pub grammar: String,
+    pub grammar_lazy: bool,
+    pub grammar_triggers: Vec<Trigger>,
+    pub preserved_tokens: Vec<String>,
+    pub additional_stops: Vec<String>,
+    pub generation_prompt: String,
+    pub parser: String,
+    pub supports_thinking: bool,
+    pub thinking_start_tag: String,
+    pub thinking_end_tag: String,
+}
+
+impl Templates {
+    /// common_chat_templates_apply on `inputs` (see native/shim.h for the fields).
+    pub fn apply(&self, inputs: &Value) -> Result<ChatParams> {
+        let c = cstring(&inputs.to_string(), "apply inputs")?;
+        let mut out: *mut c_char = ptr::null_mut();
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: self.raw is live; c outlives the call; out/err are valid out-pointers.
+        let st = unsafe { sys::llb_shim_templates_apply(self.raw, c.as_ptr(), &mut out, &mut err) };
+        check(st, err, "applying the chat template")?;
+        take_json(out, "apply")
+    }
+}
+
+/// The tool-call section's grammar of a `required` parser (see native/shim.h); "" when the
+/// parser has no trigger rule.
+pub fn tool_section_grammar(parser: &str, tools: &Value) -> Result<String> {
+    let p = cstring(parser, "parser")?;
+    let t = cstring(&tools.to_string(), "tools")?;
+    let mut out: *mut c_char = ptr::null_mut();
+    let mut err: *mut c_char = ptr::null_mut();
+    // SAFETY: both CStrings outlive the call; out/err are valid out-pointers.
+    let st = unsafe { sys::llb_shim_tool_section_grammar(p.as_ptr(), t.as_ptr(), &mut out, &mut err) };
+    check(st, err, "building the tool-call grammar")?;
+    take_string(out).ok_or_else(|| Error::new(ErrorCode::Internal, "no grammar"))
+}
+
+/// A parsed assistant message.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct ParsedMsg {
+    pub content: String,
+    pub reasoning_content: String,
+    pub tool_calls: Vec<ParsedCall>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct ParsedCall {
+    pub name: String,
+    pub arguments: String,
+    pub id: String,
+}
+
+/// llama.cpp's output parser for one request.
+pub struct Parser {
+    raw: *mut sys::llb_shim_parser,
+}
+
+// SAFETY: the parser is immutable after construction; parse takes a const pointer.
+unsafe impl Send for Parser {}
+
+impl Parser {
+    pub fn new(params: &ChatParams, reasoning_format: &str, parse_tool_calls: bool) -> Result<Parser> {
+        let parser = cstring(&params.parser, "parser")?;
+        let gp = cstring(&params.generation_prompt, "generation prompt")?;
+        let rf = cstring(reasoning_format, "reasoning_format")?;
+        let mut raw = ptr::null_mut();
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: every CString outlives the call; raw/err are valid out-pointers.
+        let st = unsafe {
+            sys::llb_shim_parser_new(params.format, parser.as_ptr(), gp.as_ptr(), rf.as_ptr(), parse_tool_calls as i32, &mut raw, &mut err)
+        };
+        check(st, err, "building the output parser")?;
+        Ok(Parser { raw })
+    }
+
+    /// Parses the generated text (`partial` while streaming).
+    pub fn parse(&self, text: &str, partial: bool) -> Result<ParsedMsg> {
+        let mut out: *mut c_char = ptr::null_mut();
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: text is valid for len bytes; out/err are valid out-pointers.
+        let st = unsafe {
+            sys::llb_shim_parser_parse(self.raw, text.as_ptr() as *const c_char, text.len(), partial as i32, &mut out, &mut err)
+        };
+        check(st, err, "parsing the output")?;
+        take_json(out, "parse")
+    }
+}
+
+impl Drop for Parser {
+    fn drop(&mut self) {
+        // SAFETY: raw came from the shim and is freed once.
+        unsafe { sys::llb_shim_parser_free(self.raw) }
     }
 }
 

@@ -1,0 +1,72 @@
+//! Loaded models, shared: engines opened on the same file share one `llama_model`
+//! (reference-counted); the weights are freed when the last engine goes.
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::sys;
+use once_cell::sync::Lazy;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+pub struct Model {
+    raw: *mut sys::llama_model,
+    pub path: PathBuf,
+}
+
+// SAFETY: a llama_model is immutable after loading and llama.cpp allows contexts on several
+// threads to share it.
+unsafe impl Send for Model {}
+unsafe impl Sync for Model {}
+
+impl Model {
+    pub fn raw(&self) -> *mut sys::llama_model {
+        self.raw
+    }
+
+    pub fn vocab(&self) -> *const sys::llama_vocab {
+        // SAFETY: raw is a live model.
+        unsafe { sys::llama_model_get_vocab(self.raw) }
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: raw was loaded here and is freed once, after every context using it is gone
+        // (each engine holds an Arc<Model> and frees its context first).
+        unsafe { sys::llama_model_free(self.raw) }
+    }
+}
+
+static MODELS: Lazy<Mutex<HashMap<PathBuf, Weak<Model>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+/// How many distinct models are loaded now (for tests and diagnostics).
+pub fn loaded_count() -> usize {
+    let mut m = MODELS.lock().unwrap_or_else(|e| e.into_inner());
+    m.retain(|_, w| w.strong_count() > 0);
+    m.len()
+}
+
+/// Returns the loaded model for `path`, loading it if no engine holds it.
+pub fn acquire(path: &Path) -> Result<Arc<Model>> {
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    // The lock is held across the load so that two engines opened at once load the file once.
+    let mut models = MODELS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(m) = models.get(&key).and_then(Weak::upgrade) {
+        return Ok(m);
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let c = CString::new(key.as_os_str().as_bytes()).map_err(|_| Error::new(ErrorCode::InvalidArgument, "path contains a NUL byte"))?;
+    // SAFETY: default params and a valid path; a NULL result is handled.
+    let raw = unsafe {
+        let params = sys::llama_model_default_params();
+        sys::llama_model_load_from_file(c.as_ptr(), params)
+    };
+    if raw.is_null() {
+        return Err(Error::new(ErrorCode::ModelLoadFailed, format!("llama.cpp could not load {} (set LLB_LOG=1 for its log)", path.display())));
+    }
+    let m = Arc::new(Model { raw, path: key.clone() });
+    models.retain(|_, w| w.strong_count() > 0);
+    models.insert(key, Arc::downgrade(&m));
+    Ok(m)
+}

@@ -1,0 +1,395 @@
+//! Typed requests: engine config and OpenAI chat-completion requests. Unknown or wrong-typed
+//! fields are `invalid_argument` errors that name the field (its JSON path).
+
+use crate::error::{bail, Error, ErrorCode, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Parses JSON text into `T`: not JSON → `invalid_json`; wrong shape → `invalid_argument` with path.
+pub fn parse<T: DeserializeOwned>(text: &str, what: &str) -> Result<T> {
+    let v: Value = serde_json::from_str(text).map_err(|e| Error::new(ErrorCode::InvalidJson, format!("{what} is not valid JSON: {e}")))?;
+    if !v.is_object() {
+        bail!(InvalidArgument, "{what} must be a JSON object");
+    }
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let msg = if path == "." { format!("{what}: {inner}") } else { format!("{what}: field `{path}`: {inner}") };
+        Error::new(ErrorCode::InvalidArgument, msg)
+    })
+}
+
+/// `llb_chat_create` config.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    pub model_path: String,
+    #[serde(default)]
+    pub n_ctx: Option<u32>,
+    #[serde(default)]
+    pub n_threads: Option<i32>,
+    #[serde(default)]
+    pub n_batch: Option<u32>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+impl Content {
+    /// The text of the content (parts joined as llama.cpp does: by newlines).
+    pub fn text(&self) -> String {
+        match self {
+            Content::Text(s) => s.clone(),
+            Content::Parts(p) => p.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join("\n"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: PartKind,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PartKind {
+    Text,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function_type() -> String {
+    "function".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionCall {
+    pub name: String,
+    /// A JSON text, as OpenAI sends it.
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Message {
+    pub role: Role,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Content>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// Accepted (OpenAI sends it on assistant messages); not rendered.
+    #[serde(default, skip_serializing)]
+    pub refusal: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tool {
+    #[serde(rename = "type")]
+    pub kind: ToolKind,
+    pub function: FunctionDef,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolKind {
+    Function,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionDef {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum ToolChoice {
+    Mode(ToolChoiceMode),
+    Named(NamedToolChoice),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolChoiceMode {
+    Auto,
+    None,
+    Required,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedToolChoice {
+    #[serde(rename = "type")]
+    pub kind: ToolKind,
+    pub function: NamedFunction,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedFunction {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseFormat {
+    #[serde(rename = "type")]
+    pub kind: ResponseFormatKind,
+    #[serde(default)]
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseFormatKind {
+    Text,
+    JsonObject,
+    JsonSchema,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonSchemaFormat {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub schema: Option<Value>,
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningFormat {
+    None,
+    Auto,
+}
+
+/// An OpenAI chat-completions request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    #[serde(default)]
+    pub tools: Option<Vec<Tool>>,
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoice>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub top_p: Option<f32>,
+    #[serde(default)]
+    pub top_k: Option<i32>,
+    #[serde(default)]
+    pub min_p: Option<f32>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub reasoning_format: Option<ReasoningFormat>,
+    #[serde(default)]
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+    /// Accepted for OpenAI compatibility and ignored: an engine serves one model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Accepted for OpenAI compatibility and ignored.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Only 1 is supported.
+    #[serde(default)]
+    pub n: Option<u32>,
+}
+
+/// The resolved tool choice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    Auto,
+    None,
+    Required,
+    Named(String),
+}
+
+impl ChatRequest {
+    /// Checks what serde cannot: cross-field rules and value ranges.
+    pub fn validate(&self) -> Result<()> {
+        if self.messages.is_empty() {
+            bail!(InvalidArgument, "field `messages`: must hold at least one message");
+        }
+        for (i, m) in self.messages.iter().enumerate() {
+            match m.role {
+                Role::Tool if m.tool_call_id.is_none() => {
+                    bail!(InvalidArgument, "field `messages[{i}].tool_call_id`: required on tool messages")
+                }
+                Role::Assistant if m.content.is_none() && m.tool_calls.is_none() => {
+                    bail!(InvalidArgument, "field `messages[{i}]`: an assistant message needs content or tool_calls")
+                }
+                Role::System | Role::Developer | Role::User | Role::Tool if m.content.is_none() => {
+                    bail!(InvalidArgument, "field `messages[{i}].content`: required")
+                }
+                _ => {}
+            }
+            if m.tool_calls.is_some() && m.role != Role::Assistant {
+                bail!(InvalidArgument, "field `messages[{i}].tool_calls`: only assistant messages carry tool calls");
+            }
+            for (j, c) in m.tool_calls.iter().flatten().enumerate() {
+                if serde_json::from_str::<Value>(&c.function.arguments).is_err() {
+                    bail!(InvalidArgument, "field `messages[{i}].tool_calls[{j}].function.arguments`: not a JSON text");
+                }
+            }
+        }
+        if let Some(t) = self.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                bail!(InvalidArgument, "field `temperature`: must be between 0 and 2");
+            }
+        }
+        if let Some(p) = self.top_p {
+            if !(0.0..=1.0).contains(&p) {
+                bail!(InvalidArgument, "field `top_p`: must be between 0 and 1");
+            }
+        }
+        if let Some(p) = self.min_p {
+            if !(0.0..=1.0).contains(&p) {
+                bail!(InvalidArgument, "field `min_p`: must be between 0 and 1");
+            }
+        }
+        if self.max_tokens == Some(0) || self.max_completion_tokens == Some(0) {
+            bail!(InvalidArgument, "field `max_tokens`: must be at least 1");
+        }
+        if self.n.is_some_and(|n| n != 1) {
+            bail!(InvalidArgument, "field `n`: only 1 is supported");
+        }
+        let tools = self.tools.as_deref().unwrap_or(&[]);
+        let mut names = std::collections::HashSet::new();
+        for (i, t) in tools.iter().enumerate() {
+            if t.function.name.is_empty() || !names.insert(t.function.name.as_str()) {
+                bail!(InvalidArgument, "field `tools[{i}].function.name`: empty or duplicate");
+            }
+            if let Some(p) = &t.function.parameters {
+                if !p.is_object() {
+                    bail!(InvalidArgument, "field `tools[{i}].function.parameters`: must be a JSON Schema object");
+                }
+            }
+        }
+        match self.choice() {
+            Choice::Required if tools.is_empty() => bail!(InvalidArgument, "field `tool_choice`: `required` needs `tools`"),
+            Choice::Named(n) if !names.contains(n.as_str()) => {
+                bail!(InvalidArgument, "field `tool_choice`: no tool named `{n}` in `tools`")
+            }
+            _ => {}
+        }
+        if let Some(rf) = &self.response_format {
+            if rf.kind == ResponseFormatKind::JsonSchema && rf.json_schema.is_none() {
+                bail!(InvalidArgument, "field `response_format.json_schema`: required with type json_schema");
+            }
+            if rf.kind != ResponseFormatKind::Text && !tools.is_empty() && self.choice() != Choice::None {
+                bail!(InvalidArgument, "field `response_format`: cannot be combined with tools");
+            }
+        }
+        Ok(())
+    }
+
+    pub fn choice(&self) -> Choice {
+        match &self.tool_choice {
+            None if self.tools.as_ref().is_some_and(|t| !t.is_empty()) => Choice::Auto,
+            None => Choice::None,
+            Some(ToolChoice::Mode(ToolChoiceMode::Auto)) => Choice::Auto,
+            Some(ToolChoice::Mode(ToolChoiceMode::None)) => Choice::None,
+            Some(ToolChoice::Mode(ToolChoiceMode::Required)) => Choice::Required,
+            Some(ToolChoice::Named(n)) => Choice::Named(n.function.name.clone()),
+        }
+    }
+
+    pub fn stop_strings(&self) -> Vec<String> {
+        match &self.stop {
+            None => vec![],
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        }
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect()
+    }
+
+    /// The JSON schema the reply must follow (response_format), if any.
+    pub fn json_schema(&self) -> Option<Value> {
+        let rf = self.response_format.as_ref()?;
+        match rf.kind {
+            ResponseFormatKind::Text => None,
+            ResponseFormatKind::JsonObject => Some(serde_json::json!({"type": "object"})),
+            ResponseFormatKind::JsonSchema => Some(
+                rf.json_schema.as_ref().and_then(|s| s.schema.clone()).unwrap_or_else(|| serde_json::json!({"type": "object"})),
+            ),
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! Token sampling: a llama.cpp sampler chain plus an optional grammar, combined the way
+//! llama.cpp's common_sampler does it: sample without the grammar, check that one token against
+//! the grammar, and only when it is rejected apply the grammar to every candidate and resample.
+//! Grammar calls go through the shim, which catches llama.cpp's exceptions.
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::sys;
+use std::ffi::{CStr, CString};
+use std::os::raw::c_char;
+use std::ptr;
+
+/// Sampling settings of one request (llama.cpp's defaults where the request is silent).
+#[derive(Debug, Clone)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub seed: u32,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 0 }
+    }
+}
+
+/// A grammar constraint: GBNF text, and for lazy grammars what wakes it up.
+#[derive(Debug, Clone, Default)]
+pub struct GrammarSpec {
+    pub gbnf: String,
+    pub lazy: bool,
+    pub trigger_patterns: Vec<String>,
+    pub trigger_tokens: Vec<sys::llama_token>,
+}
+
+fn shim_err(st: sys::llb_shim_status, err: *mut c_char, what: &str) -> Result<()> {
+    if st == sys::LLB_SHIM_OK {
+        return Ok(());
+    }
+    let msg = if err.is_null() {
+        what.to_string()
+    } else {
+        // SAFETY: the shim returns a NUL-terminated malloc'd message, freed here once.
+        let m = unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned();
+        unsafe { sys::llb_shim_string_free(err) };
+        format!("{what}: {m}")
+    };
+    Err(Error::new(ErrorCode::Internal, msg))
+}
+
+pub struct Sampler {
+    chain: *mut sys::llama_sampler,
+    grammar: *mut sys::llama_sampler,
+    cur: Vec<sys::llama_token_data>,
+    n_vocab: usize,
+}
+
+// SAFETY: a sampler is used by one thread at a time (the engine's busy flag guarantees it).
+unsafe impl Send for Sampler {}
+
+impl Sampler {
+    /// # Safety
+    /// `vocab` must be valid for the sampler's lifetime.
+    pub unsafe fn new(vocab: *const sys::llama_vocab, p: &SamplingParams, grammar: Option<&GrammarSpec>) -> Result<Sampler> {
+        // SAFETY: plain constructors; the chain owns what is added to it.
+        let chain = unsafe {
+            let chain = sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params());
+            if p.temperature <= 0.0 {
+                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_greedy());
+            } else {
+                if p.top_k > 0 {
+                    sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_top_k(p.top_k));
+                }
+                if p.top_p < 1.0 {
+                    sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_top_p(p.top_p, 1));
+                }
+                if p.min_p > 0.0 {
+                    sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_min_p(p.min_p, 1));
+                }
+                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_temp(p.temperature));
+                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_dist(p.seed));
+            }
+            chain
+        };
+        // SAFETY: vocab is valid per the contract.
+        let n_vocab = unsafe { sys::llama_vocab_n_tokens(vocab) } as usize;
+        let mut s = Sampler { chain, grammar: ptr::null_mut(), cur: Vec::with_capacity(n_vocab), n_vocab };
+        if let Some(g) = grammar.filter(|g| !g.gbnf.is_empty()) {
+            let gbnf = CString::new(g.gbnf.as_str()).map_err(|_| Error::new(ErrorCode::Internal, "grammar holds a NUL"))?;
+            let pats: Vec<CString> = g.trigger_patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
+            let pat_ptrs: Vec<*const c_char> = pats.iter().map(|p| p.as_ptr()).collect();
+            let mut err: *mut c_char = ptr::null_mut();
+            // SAFETY: every pointer outlives the call; s.grammar is a valid out-pointer.
+            let st = unsafe {
+                sys::llb_shim_grammar_new(
+                    vocab,
+                    gbnf.as_ptr(),
+                    g.lazy as i32,
+                    pat_ptrs.as_ptr() as *mut *const c_char,
+                    pat_ptrs.len(),
+                    g.trigger_tokens.as_ptr(),
+                    g.trigger_tokens.len(),
+                    &mut s.grammar,
+                    &mut err,
+                )
+            };
+            shim_err(st, err, "building the grammar sampler")?;
+        }
+        Ok(s)
+    }
+
+    fn fill(&mut self, logits: *const f32) {
+        // SAFETY: llama_get_logits_ith returns n_vocab floats for a row that has logits.
+        let logits = unsafe { std::slice::from_raw_parts(logits, self.n_vocab) };
+        self.cur.clear();
+        self.cur.extend(logits.iter().enumerate().map(|(i, &l)| sys::llama_token_data { id: i as i32, logit: l, p: 0.0 }));
+    }
+
+    fn run(&mut self, smpl: *mut sys::llama_sampler) -> Result<()> {
+        let mut arr = sys::llama_token_data_array { data: self.cur.as_mut_ptr(), size: self.cur.len(), selected: -1, sorted: false };
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: arr points into self.cur, alive for the call.
+        let st = unsafe { sys::llb_shim_sampler_apply(smpl, &mut arr, &mut err) };
+        shim_err(st, err, "sampling")?;
+        self.cur.truncate(arr.size);
+        if arr.selected >= 0 && (arr.selected as usize) < arr.size {
+            self.cur.swap(0, arr.selected as usize);
+        }
+        Ok(())
+    }
+
+    /// Samples the next token from row `idx` of the context's logits.
+    ///
+    /// # Safety
+    /// `ctx` must be valid and hold logits for row `idx`.
+    pub unsafe fn sample(&mut self, ctx: *mut sys::llama_context, idx: i32) -> Result<sys::llama_token> {
+        // SAFETY: caller contract.
+        let logits = unsafe { sys::llama_get_logits_ith(ctx, idx) };
+        if logits.is_null() {
+            return Err(Error::new(ErrorCode::Internal, "no logits for the sampled row"));
+        }
+        self.fill(logits);
+        self.run(self.chain)?;
+        let id = self.cur.first().map(|t| t.id).ok_or_else(|| Error::new(ErrorCode::Internal, "empty candidates"))?;
+        if self.grammar.is_null() {
+            return Ok(id);
+        }
+        // Does the grammar accept this token?
+        let mut one = [sys::llama_token_data { id, logit: 1.0, p: 0.0 }];
+        let mut arr = sys::llama_token_data_array { data: one.as_mut_ptr(), size: 1, selected: -1, sorted: false };
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: arr points to `one`, alive for the call.
+        let st = unsafe { sys::llb_shim_sampler_apply(self.grammar, &mut arr, &mut err) };
+        shim_err(st, err, "grammar check")?;
+        if one[0].logit.is_finite() {
+            return Ok(id);
+        }
+        // Rejected: constrain every candidate, then sample again.
+        self.fill(logits);
+        self.run(self.grammar)?;
+        self.cur.retain(|t| t.logit.is_finite());
+        if self.cur.is_empty() {
+            return Err(Error::new(ErrorCode::Internal, "the grammar admits no token"));
+        }
+        self.run(self.chain)?;
+        Ok(self.cur[0].id)
+    }
+
+    /// Advances only the grammar (past text that is already in the prompt).
+    pub fn accept_grammar(&mut self, token: sys::llama_token) -> Result<()> {
+        if self.grammar.is_null() {
+            return Ok(());
+        }
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: live sampler; exceptions are caught by the shim.
+        let st = unsafe { sys::llb_shim_sampler_accept(self.grammar, token, &mut err) };
+        shim_err(st, err, "grammar prefill")
+    }
+
+    /// Records a generated token in the chain and the grammar.
+    pub fn accept(&mut self, token: sys::llama_token) -> Result<()> {
+        let mut err: *mut c_char = ptr::null_mut();
+        if !self.grammar.is_null() {
+            // SAFETY: live sampler; exceptions are caught by the shim.
+            let st = unsafe { sys::llb_shim_sampler_accept(self.grammar, token, &mut err) };
+            shim_err(st, err, "grammar accept")?;
+        }
+        // SAFETY: live sampler.
+        let st = unsafe { sys::llb_shim_sampler_accept(self.chain, token, &mut err) };
+        shim_err(st, err, "sampler accept")
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        // SAFETY: both were created here and are freed once.
+        unsafe {
+            sys::llama_sampler_free(self.chain);
+            if !self.grammar.is_null() {
+                sys::llama_sampler_free(self.grammar);
+            }
+        }
+    }
+}
+
+/// Escapes a literal for a trigger regex (as llama.cpp's regex_escape).
+pub fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2);
+    for c in s.chars() {
+        if ".^$|()*+?[]{}\\".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// GBNF text for "any text up to (not including) `lit`", as llama.cpp writes it:
+/// `([^<] | "<" [^/] | "</" [^t] ...)*`.
+pub fn gbnf_until(lit: &str) -> String {
+    let chars: Vec<char> = lit.chars().collect();
+    if chars.is_empty() {
+        return String::new();
+    }
+    let mut alts = Vec::new();
+    for i in 0..chars.len() {
+        let prefix: String = chars[..i].iter().collect();
+        let c = gbnf_class_char(chars[i]);
+        if i == 0 {
+            alts.push(format!("[^{c}]"));
+        } else {
+            alts.push(format!("{} [^{c}]", gbnf_literal(&prefix)));
+        }
+    }
+    format!("({})*", alts.join(" | "))
+}
+
+fn gbnf_class_char(c: char) -> String {
+    match c {
+        '\\' | ']' | '[' | '^' | '-' => format!("\\{c}"),
+        '\n' => "\\n".into(),
+        '\r' => "\\r".into(),
+        '\t' => "\\t".into(),
+        c => c.to_string(),
+    }
+}
+
+/// A GBNF string literal.
+pub fn gbnf_literal(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
