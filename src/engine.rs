@@ -38,9 +38,9 @@ impl Drop for Context {
 /// What this engine generated last: used to splice its exact tokens back into the next prompt.
 #[derive(Debug, Clone)]
 struct LastTurn {
-    /// The prompt text of that turn and how many tokens it had.
+    /// The prompt text of that turn and its tokens.
     prompt: String,
-    n_prompt_tokens: usize,
+    prompt_tokens: Vec<sys::llama_token>,
     /// The generated tokens that are in the KV cache, and the reply's identity.
     gen_tokens: Vec<sys::llama_token>,
     tool_call_ids: Vec<String>,
@@ -155,6 +155,8 @@ struct Plan {
     /// `parallel_tool_calls` is false (or unsupported): at most one call. llama.cpp's grammars
     /// do not always enforce it, so generation stops when a second call begins.
     single_call: bool,
+    /// The grammar is llb's strict tool-call grammar (required or named choice).
+    strict: bool,
 }
 
 /// The state of a response being streamed: what has been sent for each field.
@@ -312,6 +314,7 @@ impl Engine {
         let choice = if tools_all.is_none() { Choice::None } else { req.choice() };
         let thinking = self.kwargs(req).get("enable_thinking").and_then(Value::as_bool).unwrap_or(true);
 
+        let mut strict = false;
         let (prompt, params, grammar, prefill) = match &choice {
             Choice::Auto | Choice::None => {
                 let mode = if choice == Choice::Auto { "auto" } else { "none" };
@@ -338,7 +341,9 @@ impl Engine {
                 let (grammar, prefill) = if section.is_empty() {
                     self.grammar_of(&p)?
                 } else {
-                    (Some(GrammarSpec { gbnf: strict_grammar(&section, &p, thinking), ..Default::default() }), None)
+                    strict = true;
+                    let single = !self.parallel(req);
+                    (Some(GrammarSpec { gbnf: strict_grammar(&section, &p, thinking, single), ..Default::default() }), None)
                 };
                 (all.prompt.clone(), p, grammar, prefill)
             }
@@ -355,7 +360,7 @@ impl Engine {
             })
             .collect();
         let single_call = choice != Choice::None && !self.parallel(req);
-        Ok(Plan { prompt, parser, grammar, grammar_prefill: prefill, stops, preserved, parse_tool_calls: choice != Choice::None, single_call })
+        Ok(Plan { prompt, parser, grammar, grammar_prefill: prefill, stops, preserved, parse_tool_calls: choice != Choice::None, single_call, strict })
     }
 
     /// The grammar llama.cpp derived (lazy with triggers, or non-lazy starting with the generation
@@ -457,7 +462,13 @@ impl Engine {
     /// re-rendering of the reply, so the whole previous prompt and reply stay in the KV cache.
     fn splice(&self, inner: &Inner, req: &ChatRequest, plan: &Plan) -> Option<Vec<sys::llama_token>> {
         let last = inner.last.as_ref()?;
-        if last.eog_piece.is_empty() || inner.cached.len() < last.n_prompt_tokens + last.gen_tokens.len() {
+        // The remembered turn must still be in the KV cache, token for token.
+        let n = last.prompt_tokens.len();
+        if last.eog_piece.is_empty()
+            || inner.cached.len() < n + last.gen_tokens.len()
+            || inner.cached[..n] != last.prompt_tokens[..]
+            || inner.cached[n..n + last.gen_tokens.len()] != last.gen_tokens[..]
+        {
             return None;
         }
         let k = req.messages.iter().rposition(|m| {
@@ -476,19 +487,34 @@ impl Engine {
             Choice::Auto => "auto",
             _ => "required",
         };
+        let why = |r: &str| {
+            if debug_enabled() {
+                eprintln!("[llb] no splice: {r}");
+            }
+        };
         let before = self.apply(req, &req.messages[..k], tools.clone(), mode, true).ok()?;
         if before.prompt != last.prompt {
+            why("the history before the reply renders differently than that turn's prompt");
             return None;
         }
-        let through = self.apply(req, &req.messages[..=k], tools, mode, false).ok()?;
-        let reply = through.prompt.strip_prefix(&last.prompt)?;
-        let rest = plan.prompt.strip_prefix(&through.prompt)?;
-        let end_of_turn = reply.rfind(&last.eog_piece)?;
+        let Some(through) = self.apply(req, &req.messages[..=k], tools, mode, false).ok() else {
+            why("the template cannot render the history ending with the reply");
+            return None;
+        };
+        let Some(reply) = through.prompt.strip_prefix(&last.prompt) else {
+            why("the reply's rendering does not extend that turn's prompt");
+            return None;
+        };
+        let Some(rest) = plan.prompt.strip_prefix(&through.prompt) else {
+            why("the new prompt does not extend the rendered reply");
+            return None;
+        };
+        let Some(end_of_turn) = reply.rfind(&last.eog_piece) else {
+            why("the rendered reply lacks the end-of-generation token the model stopped on");
+            return None;
+        };
         let tail = format!("{}{}", &reply[end_of_turn..], rest);
-        let mut toks = inner.cached[..last.n_prompt_tokens + last.gen_tokens.len()].to_vec();
-        if toks[last.n_prompt_tokens..] != last.gen_tokens[..] {
-            return None;
-        }
+        let mut toks = inner.cached[..n + last.gen_tokens.len()].to_vec();
         toks.extend(tokenize(self.vocab(), &tail, true).ok()?);
         Some(toks)
     }
@@ -523,7 +549,6 @@ impl Engine {
             n_keep = 0;
         }
         inner.cached.truncate(n_keep);
-        inner.last = None;
         let mut cancelled = false;
         for chunk in prompt[n_keep..].chunks(self.n_batch as usize) {
             let mut toks = chunk.to_vec();
@@ -571,6 +596,7 @@ impl Engine {
         let mut ids: Vec<String> = Vec::new();
         let mut last_parse_len = 0usize;
         let mut dropped_calls = false;
+        let mut warnings: Vec<Value> = Vec::new();
 
         if stream && !cancelled {
             cancelled = !self.send_delta(&id, created, json!({"role": "assistant", "content": Value::Null}), None);
@@ -580,14 +606,29 @@ impl Engine {
             }
         }
 
+        // The model's end-of-turn token: what ends a reply once its one allowed call is complete.
+        // SAFETY: vocab is valid.
+        let end_of_turn = unsafe {
+            let eot = sys::llama_vocab_eot(vocab);
+            if eot >= 0 { eot } else { sys::llama_vocab_eos(vocab) }
+        };
         while !cancelled {
             if gen_tokens.len() >= max_new || inner.cached.len() >= self.n_ctx as usize {
                 finish = Finish::Length;
                 break;
             }
+            // One call allowed and the strict grammar is complete after a call: end the turn.
+            let force_end = plan.strict
+                && plan.single_call
+                && end_of_turn >= 0
+                && !gen_tokens.is_empty()
+                && smpl.grammar_allows(end_of_turn)?
+                && plan.parser.parse(&String::from_utf8_lossy(&out), true).is_ok_and(|m| !m.tool_calls.is_empty());
             // SAFETY: ctx holds logits for the last evaluated token.
-            let tok = unsafe { smpl.sample(ctx, -1) }?;
-            smpl.accept(tok)?;
+            let tok = if force_end { end_of_turn } else { unsafe { smpl.sample(ctx, -1) }? };
+            if let Some(why) = smpl.accept(tok)? {
+                warnings.push(json!({"code": "grammar_disabled", "message": format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}")}));
+            }
             n_sampled += 1;
             // SAFETY: vocab is valid.
             if unsafe { sys::llama_vocab_is_eog(vocab, tok) } {
@@ -659,9 +700,16 @@ impl Engine {
 
         // The final message: parse everything (invalid UTF-8 replaced), or keep the raw text.
         let text = String::from_utf8_lossy(&out).into_owned();
-        let mut warnings = Vec::new();
         let partial = dropped_calls || matches!(finish, Finish::Length | Finish::Cancelled);
-        let msg = match plan.parser.parse(&text, partial) {
+        // A call whose arguments are not a JSON object is a parse failure too: llama.cpp's
+        // lenient parser returns one from a reply cut short.
+        let parsed = plan.parser.parse(&text, partial).and_then(|m| {
+            match m.tool_calls.iter().find(|c| !serde_json::from_str::<Value>(&c.arguments).is_ok_and(|v| v.is_object())) {
+                Some(c) if !partial => Err(Error::new(ErrorCode::TemplateError, format!("the call to `{}` has incomplete arguments {:?}", c.name, c.arguments))),
+                _ => Ok(m),
+            }
+        });
+        let msg = match parsed {
             Ok(m) => m,
             Err(e) => {
                 warnings.push(json!({"code": "tool_call_parse_failed", "message": format!("the output did not parse as this template's format: {}", e.message)}));
@@ -701,14 +749,17 @@ impl Engine {
         }
 
         // Remember the reply for splicing when it ended naturally on an end-of-generation token.
-        inner.last = (!eog_piece.is_empty() && !dropped_calls).then(|| LastTurn {
+        // Otherwise the previous one stays: splice() checks its tokens are still in the cache.
+        if !eog_piece.is_empty() && !dropped_calls {
+            inner.last = Some(LastTurn {
             prompt: plan.prompt.clone(),
-            n_prompt_tokens: n_prompt,
+            prompt_tokens: prompt.clone(),
             gen_tokens: gen_tokens.clone(),
             tool_call_ids: ids[..msg.tool_calls.len()].to_vec(),
             content: msg.content.clone(),
             eog_piece,
         });
+        }
 
         let tool_calls: Vec<Value> = msg
             .tool_calls
@@ -828,11 +879,21 @@ fn visible_len(out: &[u8], stops: &[String]) -> usize {
 
 /// Builds the strict grammar for `required` and named choices: the tool-call section from the
 /// first output token, preceded only by the template's reasoning block when thinking is on.
-fn strict_grammar(section: &str, p: &ChatParams, thinking: bool) -> String {
+fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bool) -> String {
+    // With one call allowed: when llama.cpp's `tool-calls` rule is a bare repetition of
+    // `tool-call` (not a section with its own markers), only `tool-call` may start the reply.
+    let bare_repetition = section.lines().any(|l| {
+        l.strip_prefix("tool-calls ::= ").is_some_and(|body| {
+            body.split(|c: char| c.is_whitespace() || "()+*?".contains(c)).filter(|t| !t.is_empty()).all(|t| t == "tool-call" || t == "space")
+        })
+    });
     let mut rules: Vec<String> = section
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| match l.strip_prefix("root ::= ") {
+            Some(body) if single_call && bare_repetition && body.split(" | ").any(|n| n == "tool-call") => {
+                "llb-tool-section ::= tool-call".to_string()
+            }
             Some(body) => format!("llb-tool-section ::= {body}"),
             None => l.to_string(),
         })
@@ -865,48 +926,105 @@ fn strict_grammar(section: &str, p: &ChatParams, thinking: bool) -> String {
     rules.join("\n") + "\n"
 }
 
-/// Adapts an OpenAI message list for templates that reject what OpenAI allows: system (and
-/// developer) messages merged into the first user message when the template has no system role,
-/// and consecutive same-role user/assistant messages (without tool calls) merged.
+/// Adapts an OpenAI message list for templates that reject what OpenAI allows (tried only after
+/// the template raised on the original list):
+/// - developer messages are system messages;
+/// - leading system messages are merged into one (or, without a system role, into the first user
+///   message); later system messages are folded into the next user message;
+/// - consecutive user/assistant messages of the same role (without tool calls) are merged;
+/// - a history that opens with an assistant (or tool) message gets an empty user turn first.
 pub fn adapt_messages(messages: &[request::Message], system_role: bool) -> Vec<request::Message> {
     use request::{Content, Message};
+    let text = |m: &Message| m.content.as_ref().map(|c| c.text()).unwrap_or_default();
+    let plain = |role: Role, t: String| Message {
+        role,
+        content: Some(Content::Text(t)),
+        name: None,
+        tool_calls: None,
+        tool_call_id: None,
+        reasoning_content: None,
+        refusal: None,
+    };
     let mut out: Vec<Message> = Vec::new();
-    let mut pending_system: Vec<String> = Vec::new();
+    let mut pending: Vec<String> = Vec::new();
+    let mut leading = true;
     for m in messages {
         let mut m = m.clone();
         if m.role == Role::Developer {
             m.role = Role::System;
         }
-        if m.role == Role::System && !system_role {
-            pending_system.push(m.content.as_ref().map(|c| c.text()).unwrap_or_default());
+        if m.role == Role::System {
+            if leading && system_role {
+                match out.last_mut() {
+                    Some(prev) => prev.content = Some(Content::Text(format!("{}\n\n{}", text(prev), text(&m)))),
+                    None => out.push(plain(Role::System, text(&m))),
+                }
+            } else {
+                pending.push(text(&m));
+            }
             continue;
         }
-        if m.role == Role::User && !pending_system.is_empty() {
-            let text = format!("{}\n\n{}", pending_system.join("\n\n"), m.content.as_ref().map(|c| c.text()).unwrap_or_default());
-            m.content = Some(Content::Text(text));
-            pending_system.clear();
+        leading = false;
+        if out.iter().all(|x| x.role == Role::System) && m.role != Role::User {
+            out.push(plain(Role::User, pending.drain(..).collect::<Vec<_>>().join("\n\n")));
+        }
+        if m.role == Role::User && !pending.is_empty() {
+            m.content = Some(Content::Text(format!("{}\n\n{}", pending.join("\n\n"), text(&m))));
+            pending.clear();
         }
         if let Some(prev) = out.last_mut() {
-            let mergeable = |x: &Message| matches!(x.role, Role::User | Role::Assistant | Role::System) && x.tool_calls.is_none();
+            let mergeable = |x: &Message| matches!(x.role, Role::User | Role::Assistant) && x.tool_calls.is_none();
             if prev.role == m.role && mergeable(prev) && mergeable(&m) {
-                let a = prev.content.as_ref().map(|c| c.text()).unwrap_or_default();
-                let b = m.content.as_ref().map(|c| c.text()).unwrap_or_default();
-                prev.content = Some(Content::Text(format!("{a}\n\n{b}")));
+                prev.content = Some(Content::Text(format!("{}\n\n{}", text(prev), text(&m))));
                 continue;
             }
         }
         out.push(m);
     }
-    if !pending_system.is_empty() {
-        out.insert(0, Message {
-            role: Role::User,
-            content: Some(Content::Text(pending_system.join("\n\n"))),
-            name: None,
-            tool_calls: None,
-            tool_call_id: None,
-            reasoning_content: None,
-            refusal: None,
-        });
+    if !pending.is_empty() {
+        out.push(plain(Role::User, pending.join("\n\n")));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use request::{Content, Message};
+
+    fn msg(role: Role, t: &str) -> Message {
+        Message { role, content: Some(Content::Text(t.into())), name: None, tool_calls: None, tool_call_id: None, reasoning_content: None, refusal: None }
+    }
+
+    fn roles(v: &[Message]) -> Vec<(Role, String)> {
+        v.iter().map(|m| (m.role, m.content.as_ref().unwrap().text())).collect()
+    }
+
+    #[test]
+    fn adaptation_merges_what_strict_templates_reject() {
+        let a = adapt_messages(
+            &[msg(Role::System, "s1"), msg(Role::Developer, "s2"), msg(Role::User, "a"), msg(Role::User, "b"), msg(Role::System, "late"), msg(Role::Assistant, "x"), msg(Role::Assistant, "y"), msg(Role::User, "c")],
+            true,
+        );
+        assert_eq!(
+            roles(&a),
+            vec![(Role::System, "s1\n\ns2".into()), (Role::User, "a\n\nb".into()), (Role::Assistant, "x\n\ny".into()), (Role::User, "late\n\nc".into())]
+        );
+        let b = adapt_messages(&[msg(Role::System, "s"), msg(Role::User, "a")], false);
+        assert_eq!(roles(&b), vec![(Role::User, "s\n\na".into())]);
+        let c = adapt_messages(&[msg(Role::Assistant, "hi"), msg(Role::User, "a")], true);
+        assert_eq!(roles(&c), vec![(Role::User, "".into()), (Role::Assistant, "hi".into()), (Role::User, "a".into())]);
+    }
+
+    #[test]
+    fn utf8_hold_back_keeps_incomplete_sequences_and_stop_prefixes() {
+        assert_eq!(complete_utf8_len(b"ab"), 2);
+        assert_eq!(complete_utf8_len("é".as_bytes()), 2);
+        assert_eq!(complete_utf8_len(&"aé".as_bytes()[..2]), 1);
+        assert_eq!(complete_utf8_len(&"a😀".as_bytes()[..4]), 1);
+        assert_eq!(complete_utf8_len(b"a\x80\x80\x80\x80"), 5); // invalid, not incomplete: shown (replaced)
+        assert_eq!(visible_len(b"hello END", &["ENDS".into()]), 6);
+        assert_eq!(visible_len(b"hello EN", &["ENDS".into()]), 6);
+        assert_eq!(visible_len(b"hello", &["ENDS".into()]), 5);
+    }
 }

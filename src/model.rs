@@ -47,6 +47,13 @@ pub fn loaded_count() -> usize {
     m.len()
 }
 
+/// How many engines hold the model loaded from `path` (0 when it is not loaded).
+pub fn holders(path: &Path) -> usize {
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let m = MODELS.lock().unwrap_or_else(|e| e.into_inner());
+    m.get(&key).map_or(0, Weak::strong_count)
+}
+
 /// Returns the loaded model for `path`, loading it if no engine holds it.
 pub fn acquire(path: &Path) -> Result<Arc<Model>> {
     let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());

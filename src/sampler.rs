@@ -167,6 +167,20 @@ impl Sampler {
         Ok(self.cur[0].id)
     }
 
+    /// Whether the grammar (when there is one) admits `token` next.
+    pub fn grammar_allows(&mut self, token: sys::llama_token) -> Result<bool> {
+        if self.grammar.is_null() {
+            return Ok(true);
+        }
+        let mut one = [sys::llama_token_data { id: token, logit: 1.0, p: 0.0 }];
+        let mut arr = sys::llama_token_data_array { data: one.as_mut_ptr(), size: 1, selected: -1, sorted: false };
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: arr points to `one`, alive for the call.
+        let st = unsafe { sys::llb_shim_sampler_apply(self.grammar, &mut arr, &mut err) };
+        shim_err(st, err, "grammar check")?;
+        Ok(one[0].logit.is_finite())
+    }
+
     /// Advances only the grammar (past text that is already in the prompt).
     pub fn accept_grammar(&mut self, token: sys::llama_token) -> Result<()> {
         if self.grammar.is_null() {
@@ -178,17 +192,26 @@ impl Sampler {
         shim_err(st, err, "grammar prefill")
     }
 
-    /// Records a generated token in the chain and the grammar.
-    pub fn accept(&mut self, token: sys::llama_token) -> Result<()> {
+    /// Records a generated token in the chain and the grammar. When llama.cpp's grammar throws
+    /// (at the pin, e.g. a lazy grammar whose trigger text its own root rejects), the grammar is
+    /// dropped and its message returned: generation goes on unconstrained and the caller warns.
+    pub fn accept(&mut self, token: sys::llama_token) -> Result<Option<String>> {
         let mut err: *mut c_char = ptr::null_mut();
+        let mut dropped = None;
         if !self.grammar.is_null() {
             // SAFETY: live sampler; exceptions are caught by the shim.
             let st = unsafe { sys::llb_shim_sampler_accept(self.grammar, token, &mut err) };
-            shim_err(st, err, "grammar accept")?;
+            if let Err(e) = shim_err(st, err, "grammar accept") {
+                // SAFETY: created in new(), freed once here.
+                unsafe { sys::llama_sampler_free(self.grammar) };
+                self.grammar = ptr::null_mut();
+                dropped = Some(e.message);
+            }
         }
         // SAFETY: live sampler.
         let st = unsafe { sys::llb_shim_sampler_accept(self.chain, token, &mut err) };
-        shim_err(st, err, "sampler accept")
+        shim_err(st, err, "sampler accept")?;
+        Ok(dropped)
     }
 }
 

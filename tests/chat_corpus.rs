@@ -1,12 +1,13 @@
 //! `tool_choice: "required"` and a named choice on every tool-capable template of the corpus,
 //! with tiny random-weight fixtures and bounded argument schemas: each request yields exactly one
-//! valid, schema-conforming tool call that llama.cpp's parser returns.
+//! valid, schema-conforming tool call that llama.cpp's parser returns. The required request is
+//! streamed and an `auto` reply too: concatenating the deltas must reproduce the final message
+//! (the streaming property test, Gemma 4's native format included).
 
 mod common;
 
+use common::cabi::{assert_stream_matches, CEngine};
 use common::*;
-use llb::engine::Engine;
-use llb::request::EngineConfig;
 use serde_json::{json, Value};
 
 pub fn tools() -> Value {
@@ -52,16 +53,8 @@ pub fn tool_capable_corpus() -> Vec<String> {
         .collect()
 }
 
-pub fn engine_for(template: &str) -> Engine {
-    let cfg = EngineConfig {
-        model_path: corpus_fixture(template, false).to_string_lossy().into_owned(),
-        n_ctx: Some(4096),
-        n_threads: None,
-        n_batch: None,
-        seed: None,
-        chat_template_kwargs: None,
-    };
-    Engine::create(cfg, None).unwrap_or_else(|e| panic!("{template}: create failed: {e}"))
+pub fn engine_for(template: &str) -> CEngine {
+    CEngine::open_model(&corpus_fixture(template, false))
 }
 
 #[test]
@@ -71,10 +64,11 @@ fn required_and_named_yield_one_schema_conforming_call_on_every_tool_capable_tem
     let mut problems = Vec::new();
     for t in &templates {
         let engine = engine_for(t);
-        for (label, choice, want) in [
-            ("required", json!("required"), None),
-            ("named", json!({"type": "function", "function": {"name": "get_time"}}), Some("get_time")),
+        for (label, choice, want, stream) in [
+            ("required", json!("required"), None, true),
+            ("named", json!({"type": "function", "function": {"name": "get_time"}}), Some("get_time"), false),
         ] {
+            engine.events.clear();
             let req = json!({
                 "messages": [{"role": "system", "content": "You are a helpful assistant."},
                              {"role": "user", "content": "What's the weather in Paris for the next 3 days?"}],
@@ -82,14 +76,19 @@ fn required_and_named_yield_one_schema_conforming_call_on_every_tool_capable_tem
                 "max_tokens": 512, "seed": 1234,
                 // Random weights never end a reasoning block: test the strict path without one.
                 "chat_template_kwargs": {"enable_thinking": false},
+                "stream": stream,
             });
-            let r = match engine.infer(&req.to_string()) {
-                Ok(r) => r,
-                Err(e) => {
-                    problems.push(format!("{t} [{label}]: error {e}"));
-                    continue;
+            let r = engine.infer(&req);
+            if r["type"] == "error" {
+                problems.push(format!("{t} [{label}]: error {r}"));
+                continue;
+            }
+            if stream {
+                let chunks = engine.events.chunks();
+                if let Err(e) = std::panic::catch_unwind(|| assert_stream_matches(t, &chunks, &r)) {
+                    problems.push(format!("{t} [{label}]: stream mismatch {:?}", e.downcast_ref::<String>()));
                 }
-            };
+            }
             let choice0 = &r["choices"][0];
             let calls = choice0["message"]["tool_calls"].as_array().cloned().unwrap_or_default();
             if calls.len() != 1 || choice0["finish_reason"] != "tool_calls" {
@@ -110,6 +109,15 @@ fn required_and_named_yield_one_schema_conforming_call_on_every_tool_capable_tem
             if !calls[0]["id"].as_str().is_some_and(|id| id.starts_with("call_") && id.len() > 10) {
                 problems.push(format!("{t} [{label}]: bad id {}", calls[0]["id"]));
             }
+        }
+        // A free reply, streamed: content (and reasoning, where the template has it) deltas.
+        engine.events.clear();
+        let r = engine.infer(&json!({"messages": [{"role": "user", "content": "Say hello."}], "tools": tools(),
+            "max_tokens": 32, "seed": 77, "stream": true}));
+        if r["type"] == "error" {
+            problems.push(format!("{t} [auto]: error {r}"));
+        } else if let Err(e) = std::panic::catch_unwind(|| assert_stream_matches(t, &engine.events.chunks(), &r)) {
+            problems.push(format!("{t} [auto]: stream mismatch {:?}", e.downcast_ref::<String>()));
         }
     }
     assert!(problems.is_empty(), "{} of {} templates failed:\n{}", problems.len(), templates.len(), problems.join("\n"));

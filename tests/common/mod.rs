@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: generated fixtures, cached per test binary run.
 #![allow(dead_code)]
 
+pub mod cabi;
+
 use llb::fixture::{self, FixtureOptions};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once};
@@ -59,7 +61,8 @@ pub fn vocab_for(template: &str) -> &'static str {
         "gemma-4"
     } else if t.contains("qwen3.5") {
         "qwen35"
-    } else if t.contains("qwen") || t.contains("qwq") || t.contains("mimo") {
+    } else if t.contains("qwen") || t.contains("qwq") || t.contains("mimo") || t.contains("hermes") {
+        // Hermes-2-Pro/3 GGUFs add the ChatML tokens; qwen2's vocabulary has them.
         "qwen2"
     } else if t.contains("mistral") || t.contains("devstral") || t.contains("gemma-2") {
         "llama-spm"

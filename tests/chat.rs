@@ -1,0 +1,384 @@
+//! The chat engine through the C ABI: the tools_unsupported gate, create and request errors,
+//! response shape, tool_choice semantics, parallel calls, ids, parse-failure fallback, UTF-8,
+//! message adaptation, context limits, streaming, cancellation, busy, KV reuse, shared models.
+
+mod common;
+
+use common::cabi::{accumulate, assert_stream_matches, take, CEngine};
+use common::*;
+use llb::fixture::FixtureOptions;
+use serde_json::{json, Value};
+use std::ffi::CString;
+use std::sync::{Arc, Barrier};
+
+fn tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Get the weather",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Rome"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                "required": ["city", "days"]}}},
+        {"type": "function", "function": {"name": "get_time", "description": "Get the time",
+            "parameters": {"type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["tz"]}}}
+    ])
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+fn qwen() -> std::path::PathBuf {
+    corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false)
+}
+
+fn calls(r: &Value) -> Vec<Value> {
+    r["choices"][0]["message"]["tool_calls"].as_array().cloned().unwrap_or_default()
+}
+
+fn assert_code(v: &Value, code: &str) {
+    assert_eq!(v["type"], "error", "expected an error, got {v}");
+    assert_eq!(v["code"], code, "{v}");
+}
+
+#[test]
+fn non_tool_model_is_refused_before_loading_with_the_exact_message() {
+    let path = corpus_fixture("google-gemma-2-2b-it", false);
+    let ev = CEngine::open(&json!({"model_path": path})).err().expect("a non-tool model must not load");
+    let name = path.file_name().unwrap().to_str().unwrap();
+    assert_eq!(ev["type"], "create_failure");
+    assert_eq!(ev["code"], "tools_unsupported");
+    assert_eq!(
+        ev["message"],
+        format!("Model {name} rejected: its chat template does not support tool calling (supports_tools=false, supports_tool_calls=false). Only tool-capable GGUFs can be loaded.")
+    );
+    assert_eq!(ev["caps"]["supports_tools"], false);
+    assert_eq!(ev["caps"].as_object().unwrap().len(), 8, "the whole caps map: {}", ev["caps"]);
+    // Refused on the template probe alone: the weights were never loaded.
+    assert_eq!(llb::model::holders(&path), 0);
+    // Without a callback the reason is lost, but nothing crashes.
+    let c = CString::new(json!({"model_path": path}).to_string()).unwrap();
+    // SAFETY: valid string, no callback.
+    assert!(unsafe { llb::ffi::llb_chat_create(c.as_ptr(), None, std::ptr::null_mut()) }.is_null());
+}
+
+#[test]
+fn create_failures_carry_precise_codes() {
+    let dir = fixtures_dir();
+    let text = dir.join("chat-not-a-model.txt");
+    std::fs::write(&text, "not a model").unwrap();
+    let cases = [
+        (json!({"model_path": dir.join("missing.gguf")}).to_string(), "file_not_found", ""),
+        (json!({"model_path": text}).to_string(), "not_a_gguf", ""),
+        ("{not json".to_string(), "invalid_json", ""),
+        (json!({"model_path": qwen(), "n_ctxx": 1}).to_string(), "invalid_argument", "n_ctxx"),
+        (json!({"model_path": qwen(), "n_ctx": "big"}).to_string(), "invalid_argument", "n_ctx"),
+        (json!({"model_path": qwen(), "n_ctx": 0}).to_string(), "invalid_argument", "n_ctx"),
+        (json!({"n_ctx": 64}).to_string(), "invalid_argument", "model_path"),
+        ("[1,2]".to_string(), "invalid_argument", ""),
+    ];
+    for (config, code, names) in cases {
+        let ev = CEngine::open_text(&config).err().expect("must fail");
+        assert_eq!(ev["type"], "create_failure", "{config}: {ev}");
+        assert_eq!(ev["code"], code, "{config}: {ev}");
+        assert!(ev["message"].as_str().unwrap().contains(names), "{config}: the message names `{names}`: {ev}");
+    }
+    // NULL config.
+    // SAFETY: NULL is documented.
+    assert!(unsafe { llb::ffi::llb_chat_create(std::ptr::null(), None, std::ptr::null_mut()) }.is_null());
+}
+
+#[test]
+fn bad_requests_are_rejected_with_the_field_named() {
+    let e = CEngine::open_model(&qwen());
+    let cases = [
+        (json!({"messages": user("hi"), "temprature": 0.5}), "invalid_argument", "temprature"),
+        (json!({"messages": user("hi"), "max_tokens": "ten"}), "invalid_argument", "max_tokens"),
+        (json!({"messages": user("hi"), "tools": tools(), "tool_choice": {"type": "function", "function": {"name": "nope"}}}), "invalid_argument", "nope"),
+        (json!({"messages": user("hi"), "tool_choice": "required"}), "invalid_argument", "tool_choice"),
+        (json!({"messages": [{"role": "wizard", "content": "x"}]}), "invalid_argument", "messages[0].role"),
+        (json!({"messages": [{"role": "tool", "content": "x"}]}), "invalid_argument", "tool_call_id"),
+        (json!({"messages": []}), "invalid_argument", "messages"),
+        (json!({"messages": user("hi"), "temperature": 7}), "invalid_argument", "temperature"),
+        (json!({"messages": user("hi"), "n": 2}), "invalid_argument", "n"),
+    ];
+    for (req, code, field) in cases {
+        let r = e.infer(&req);
+        assert_code(&r, code);
+        assert!(r["message"].as_str().unwrap().contains(field), "{req}: message should name `{field}`: {r}");
+    }
+    assert_code(&e.infer_text("{\"messages\": ["), "invalid_json");
+    assert_code(&e.infer_text("\"just a string\""), "invalid_argument");
+    // SAFETY: NULL arguments are documented.
+    unsafe {
+        assert_code(&take(llb::ffi::llb_chat_infer(std::ptr::null_mut(), CString::new("{}").unwrap().as_ptr())), "invalid_argument");
+        assert_code(&take(llb::ffi::llb_chat_infer(e.raw, std::ptr::null())), "invalid_argument");
+        llb::ffi::llb_chat_destroy(std::ptr::null_mut());
+    }
+    // The engine still works after all of that.
+    let ok = e.infer(&json!({"messages": user("hi"), "max_tokens": 4}));
+    assert_eq!(ok["object"], "chat.completion", "{ok}");
+}
+
+#[test]
+fn completion_has_the_openai_shape() {
+    let path = qwen();
+    let e = CEngine::open_model(&path);
+    let r = e.infer(&json!({"messages": user("hi"), "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 200, "seed": 5, "model": "ignored", "user": "u1"}));
+    assert!(r["id"].as_str().unwrap().starts_with("chatcmpl-"), "{r}");
+    assert_eq!(r["object"], "chat.completion");
+    assert!(r["created"].as_u64().unwrap() > 1_700_000_000);
+    assert_eq!(r["model"], path.file_name().unwrap().to_str().unwrap());
+    let c = &r["choices"][0];
+    assert_eq!(c["index"], 0);
+    assert_eq!(c["message"]["role"], "assistant");
+    assert_eq!(c["finish_reason"], "tool_calls");
+    assert!(c["message"]["content"].is_null(), "content is null when only tool calls: {r}");
+    let call = &calls(&r)[0];
+    assert_eq!(call["type"], "function");
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args.is_object());
+    let u = &r["usage"];
+    assert_eq!(u["total_tokens"].as_u64(), Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()));
+    assert!(u["prompt_tokens_details"]["cached_tokens"].is_u64());
+    for k in ["prompt_ms", "predicted_ms", "predicted_per_second"] {
+        assert!(r["timings"][k].is_number(), "timings.{k}: {r}");
+    }
+}
+
+#[test]
+fn tool_choice_none_renders_tools_but_never_calls() {
+    let e = CEngine::open_model(&qwen());
+    let with_tools = |choice: &str, seed: u64| e.infer(&json!({"messages": user("Weather?"), "tools": tools(), "tool_choice": choice, "max_tokens": 40, "seed": seed}));
+    let plain = e.infer(&json!({"messages": user("Weather?"), "max_tokens": 1}));
+    for seed in 0..4 {
+        let r = with_tools("none", seed);
+        assert!(calls(&r).is_empty(), "none produced calls: {r}");
+        assert_ne!(r["choices"][0]["finish_reason"], "tool_calls");
+        // The tools are in the prompt (same prompt as auto).
+        let auto = with_tools("auto", seed);
+        assert_eq!(r["usage"]["prompt_tokens"], auto["usage"]["prompt_tokens"]);
+        assert!(r["usage"]["prompt_tokens"].as_u64() > plain["usage"]["prompt_tokens"].as_u64());
+    }
+}
+
+#[test]
+fn parallel_tool_calls_follow_the_request_and_the_template() {
+    // Qwen2.5 supports parallel calls: several may come, each with a unique id.
+    let e = CEngine::open_model(&qwen());
+    let r = e.infer(&json!({"messages": user("Weather in Paris and Rome?"), "tools": tools(), "tool_choice": "required", "max_tokens": 160, "seed": 3}));
+    let cs = calls(&r);
+    assert!(!cs.is_empty(), "{r}");
+    let ids: std::collections::HashSet<_> = cs.iter().map(|c| c["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids.len(), cs.len(), "ids must be unique: {r}");
+    // Asked for one: exactly one.
+    for seed in 0..3 {
+        let r = e.infer(&json!({"messages": user("Weather?"), "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 300, "seed": seed}));
+        assert_eq!(calls(&r).len(), 1, "{r}");
+        assert_eq!(r["choices"][0]["finish_reason"], "tool_calls");
+    }
+    // Llama 3.1's template cannot render parallel calls: forced off even when asked.
+    let llama = CEngine::open_model(&corpus_fixture("meta-llama-Llama-3.1-8B-Instruct", false));
+    let r = llama.infer(&json!({"messages": user("Weather?"), "tools": tools(), "tool_choice": "required", "parallel_tool_calls": true, "max_tokens": 300, "seed": 1}));
+    assert_eq!(calls(&r).len(), 1, "{r}");
+}
+
+#[test]
+fn a_reply_that_does_not_parse_is_returned_raw_with_a_warning() {
+    let e = CEngine::open_model(&qwen());
+    // A stop string cuts the call in the middle: the text cannot parse as a complete call.
+    let r = e.infer(&json!({"messages": user("Weather?"), "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 200, "seed": 1, "stop": ["arguments"]}));
+    let c = &r["choices"][0];
+    assert_eq!(c["finish_reason"], "stop", "{r}");
+    assert!(calls(&r).is_empty(), "{r}");
+    let content = c["message"]["content"].as_str().unwrap();
+    assert!(content.starts_with("<tool_call>"), "the raw text is kept: {r}");
+    assert!(r["warnings"][0]["message"].as_str().unwrap().contains("incomplete arguments"), "{r}");
+    assert!(!content.contains("arguments"), "the stop string is cut: {r}");
+    assert_eq!(r["warnings"][0]["code"], "tool_call_parse_failed", "{r}");
+}
+
+#[test]
+fn outputs_are_valid_utf8_json_for_every_tokenizer_family() {
+    // Random weights emit arbitrary byte tokens; every chunk and completion must stay valid UTF-8.
+    for vocab in ["gemma-4", "llama-spm", "qwen2", "command-r"] {
+        let mut o = FixtureOptions::new(vocab);
+        o.template = Some(llb::fixture::read_template("Qwen-Qwen2.5-7B-Instruct").unwrap());
+        let e = CEngine::open_model(&fixture_with(&format!("utf8-{vocab}"), &o));
+        for seed in 0..3 {
+            e.events.clear();
+            // `take` and the callback fail the test on invalid UTF-8 or JSON.
+            let r = e.infer(&json!({"messages": user("Écris un poème 日本語 😀"), "max_tokens": 96, "seed": seed, "temperature": 1.5, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "stream": true}));
+            assert_eq!(r["object"], "chat.completion", "{vocab}: {r}");
+            assert_stream_matches(vocab, &e.events.chunks(), &r);
+        }
+    }
+}
+
+#[test]
+fn openai_legal_histories_do_not_raise_template_errors() {
+    let seqs = [
+        json!([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]),
+        json!([{"role": "user", "content": "a"}, {"role": "assistant", "content": "x"}, {"role": "system", "content": "late rule"}, {"role": "user", "content": "b"}]),
+        json!([{"role": "assistant", "content": "hello"}, {"role": "user", "content": "b"}]),
+        json!([{"role": "system", "content": "s1"}, {"role": "developer", "content": "s2"}, {"role": "user", "content": [{"type": "text", "text": "parts"}]}]),
+        json!([{"role": "user", "content": "a"}, {"role": "assistant", "content": "x"}, {"role": "assistant", "content": "y"}, {"role": "user", "content": "b"}]),
+    ];
+    let mut problems = Vec::new();
+    for t in tool_capable_templates() {
+        let e = CEngine::open_model(&corpus_fixture(&t, false));
+        for (i, msgs) in seqs.iter().enumerate() {
+            let r = e.infer(&json!({"messages": msgs, "tools": tools(), "max_tokens": 2, "seed": 1}));
+            if r["type"] == "error" {
+                problems.push(format!("{t} sequence {i}: {r}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+fn tool_capable_templates() -> Vec<String> {
+    corpus_templates()
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| llb::model_info::model_info(&corpus_fixture(n, true)).unwrap()["supports_tools"] == true)
+        .collect()
+}
+
+#[test]
+fn context_limits_are_reported() {
+    let e = CEngine::open(&json!({"model_path": qwen(), "n_ctx": 256, "n_batch": 64})).unwrap();
+    let long = "word ".repeat(400);
+    let r = e.infer(&json!({"messages": user(&long), "max_tokens": 4}));
+    assert_code(&r, "context_overflow");
+    assert!(r["message"].as_str().unwrap().contains("256"), "{r}");
+    // Generation that reaches the end of the context stops with `length`.
+    let r = e.infer(&json!({"messages": user(&"word ".repeat(150)), "seed": 1, "temperature": 1.0}));
+    assert_eq!(r["choices"][0]["finish_reason"], "length", "{r}");
+    let u = &r["usage"];
+    assert!(u["total_tokens"].as_u64().unwrap() >= 255, "{r}");
+}
+
+#[test]
+fn streaming_follows_openai_and_rebuilds_the_final_message() {
+    let e = CEngine::open_model(&qwen());
+    let r = e.infer(&json!({"messages": user("Weather?"), "tools": tools(), "tool_choice": "required", "max_tokens": 160, "seed": 3, "stream": true, "stream_options": {"include_usage": true}}));
+    let chunks = e.events.chunks();
+    assert_stream_matches("qwen required", &chunks, &r);
+    // The usage chunk comes last with empty choices.
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"], r["usage"]);
+    // Tool-call ids are the same in the deltas and the completion.
+    let rebuilt = accumulate(&chunks);
+    assert_eq!(rebuilt["tool_calls"].as_array().unwrap().len(), calls(&r).len());
+    // Content streams too (auto, no call).
+    e.events.clear();
+    let r = e.infer(&json!({"messages": user("hi"), "max_tokens": 48, "seed": 9, "stream": true}));
+    assert!(e.events.chunks().len() > 3, "content arrives in several deltas");
+    assert_stream_matches("qwen content", &e.events.chunks(), &r);
+    assert!(e.events.chunks().iter().all(|c| c.get("usage").is_none()), "no usage chunk unless asked");
+}
+
+#[test]
+fn cancellation_stops_promptly_and_the_engine_stays_usable() {
+    let e = CEngine::open_model(&qwen());
+    *e.events.cancel_after_chunks.lock().unwrap() = 4;
+    let r = e.infer(&json!({"messages": user("hi"), "max_tokens": 400, "seed": 2, "stream": true}));
+    assert_eq!(r["choices"][0]["finish_reason"], "cancelled", "{r}");
+    let n = r["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(n < 40, "stopped promptly, not after {n} tokens");
+    assert_eq!(e.events.chunks().iter().filter(|c| !c["choices"][0]["finish_reason"].is_null()).count(), 1);
+    // Cancelling a non-streamed request: the progress events are cancellation points.
+    e.events.clear();
+    *e.events.cancel_after_chunks.lock().unwrap() = 0;
+    *e.events.on_event.lock().unwrap() = None;
+    let r = e.infer(&json!({"messages": user("hi"), "max_tokens": 4, "seed": 2}));
+    assert_eq!(r["choices"][0]["finish_reason"], "length", "usable after a cancel: {r}");
+    assert!(!e.events.of_type("progress").is_empty(), "progress events are sent");
+}
+
+#[test]
+fn a_busy_engine_answers_busy_and_other_engines_run_concurrently() {
+    let e = Arc::new(CEngine::open_model(&qwen()));
+    let started = Arc::new(Barrier::new(2));
+    {
+        let started = started.clone();
+        let mut fired = false;
+        *e.events.on_event.lock().unwrap() = Some(Box::new(move |ev: &Value| {
+            if ev["type"] == "progress" && ev["stage"] == "generate" && !fired {
+                fired = true;
+                started.wait(); // the other thread may now call while this one generates
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }));
+    }
+    let runner = {
+        let e = e.clone();
+        std::thread::spawn(move || e.infer(&json!({"messages": user("hi"), "max_tokens": 64, "seed": 1})))
+    };
+    started.wait();
+    let busy = e.infer(&json!({"messages": user("hi"), "max_tokens": 4}));
+    assert_code(&busy, "busy");
+    let first = runner.join().unwrap();
+    assert_eq!(first["object"], "chat.completion", "the running request is unaffected: {first}");
+    *e.events.on_event.lock().unwrap() = None;
+
+    // Two engines, two threads, one shared model.
+    let path = qwen();
+    let a = Arc::new(CEngine::open_model(&path));
+    let b = Arc::new(CEngine::open_model(&path));
+    let go = Arc::new(Barrier::new(2));
+    let handles: Vec<_> = [a.clone(), b.clone()]
+        .into_iter()
+        .map(|eng| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                go.wait();
+                eng.infer(&json!({"messages": user("Weather?"), "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 200, "seed": 4}))
+            })
+        })
+        .collect();
+    for h in handles {
+        let r = h.join().unwrap();
+        assert_eq!(calls(&r).len(), 1, "{r}");
+    }
+}
+
+#[test]
+fn engines_on_one_file_share_the_model() {
+    let mut o = FixtureOptions::new("qwen2");
+    o.template = Some(llb::fixture::read_template("Qwen-Qwen2.5-7B-Instruct").unwrap());
+    let path = fixture_with("shared-model", &o);
+    let a = CEngine::open_model(&path);
+    assert_eq!(llb::model::holders(&path), 1);
+    let b = CEngine::open_model(&path);
+    assert_eq!(llb::model::holders(&path), 2, "the second engine reuses the loaded model");
+    drop(a);
+    assert_eq!(llb::model::holders(&path), 1);
+    let r = b.infer(&json!({"messages": user("hi"), "max_tokens": 4}));
+    assert_eq!(r["object"], "chat.completion", "{r}");
+    drop(b);
+    assert_eq!(llb::model::holders(&path), 0, "freed with the last engine");
+}
+
+#[test]
+fn kv_cache_is_reused_across_turns_including_the_generated_reply() {
+    for t in ["Qwen-Qwen2.5-7B-Instruct", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", "meta-llama-Llama-3.1-8B-Instruct"] {
+        let e = CEngine::open_model(&corpus_fixture(t, false));
+        let mut messages = vec![json!({"role": "system", "content": "You are helpful."}), json!({"role": "user", "content": "Weather in Paris for 3 days?"})];
+        let r1 = e.infer(&json!({"messages": messages, "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 200, "seed": 1}));
+        assert_eq!(r1["choices"][0]["finish_reason"], "tool_calls", "{t}: {r1}");
+        let m1 = r1["choices"][0]["message"].clone();
+        messages.push(m1.clone());
+        messages.push(json!({"role": "tool", "tool_call_id": m1["tool_calls"][0]["id"], "content": "{\"temp_c\": 21}"}));
+        let r2 = e.infer(&json!({"messages": messages, "tools": tools(), "max_tokens": 8, "seed": 1}));
+        let p1 = r1["usage"]["prompt_tokens"].as_u64().unwrap();
+        // completion_tokens counts the end-of-turn token, which is never evaluated.
+        let g1 = r1["usage"]["completion_tokens"].as_u64().unwrap() - 1;
+        let cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        assert!(cached >= p1 + g1, "{t}: turn 2 reused {cached} tokens, turn 1 had {p1} prompt + {g1} generated");
+        // The same request again reuses everything but the last prompt token.
+        let r3 = e.infer(&json!({"messages": messages, "tools": tools(), "max_tokens": 8, "seed": 1}));
+        assert_eq!(r3["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(), Some(r3["usage"]["prompt_tokens"].as_u64().unwrap() - 1), "{t}");
+    }
+}
