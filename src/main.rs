@@ -40,6 +40,9 @@ enum Cmd {
         /// Print the deltas as they come (chat.completion.chunk JSON lines on stderr).
         #[arg(long)]
         stream: bool,
+        /// At most one tool call (`parallel_tool_calls: false`).
+        #[arg(long)]
+        no_parallel: bool,
         #[arg(long)]
         max_tokens: Option<u32>,
         #[arg(long)]
@@ -114,7 +117,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Version => finish(Ok(llb::version()), false),
-        Cmd::Chat { model, prompt, tools, tool_choice, stream, max_tokens, temperature, seed, system, n_ctx, pretty } => {
+        Cmd::Chat { model, prompt, tools, tool_choice, stream, no_parallel, max_tokens, temperature, seed, system, n_ctx, pretty } => {
             let run = || -> Result<Value, Error> {
                 let tools: Option<Value> = match tools {
                     Some(p) => {
@@ -137,6 +140,9 @@ fn main() -> ExitCode {
                 if let Some(t) = tools {
                     req["tools"] = t;
                     req["tool_choice"] = choice;
+                    if no_parallel {
+                        req["parallel_tool_calls"] = json!(false);
+                    }
                 }
                 if let Some(m) = max_tokens {
                     req["max_tokens"] = json!(m);

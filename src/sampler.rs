@@ -54,6 +54,8 @@ pub struct Sampler {
     grammar: *mut sys::llama_sampler,
     cur: Vec<sys::llama_token_data>,
     n_vocab: usize,
+    /// How many allowed candidates the chain can use (greedy: 1, top-k: k, else all).
+    needed: usize,
 }
 
 // SAFETY: a sampler is used by one thread at a time (the engine's busy flag guarantees it).
@@ -85,7 +87,14 @@ impl Sampler {
         };
         // SAFETY: vocab is valid per the contract.
         let n_vocab = unsafe { sys::llama_vocab_n_tokens(vocab) } as usize;
-        let mut s = Sampler { chain, grammar: ptr::null_mut(), cur: Vec::with_capacity(n_vocab), n_vocab };
+        let needed = if p.temperature <= 0.0 {
+            1
+        } else if p.top_k > 0 {
+            p.top_k as usize
+        } else {
+            usize::MAX
+        };
+        let mut s = Sampler { chain, grammar: ptr::null_mut(), cur: Vec::with_capacity(n_vocab), n_vocab, needed };
         if let Some(g) = grammar.filter(|g| !g.gbnf.is_empty()) {
             let gbnf = CString::new(g.gbnf.as_str()).map_err(|_| Error::new(ErrorCode::Internal, "grammar holds a NUL"))?;
             let pats: Vec<CString> = g.trigger_patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
@@ -156,8 +165,27 @@ impl Sampler {
         if one[0].logit.is_finite() {
             return Ok(id);
         }
-        // Rejected: constrain every candidate, then sample again.
+        // Rejected: constrain the candidates, then sample again. The chain keeps at most
+        // `needed` candidates (top-k), so when enough of the highest-logit candidates pass the
+        // grammar, checking those suffices and gives the same result as checking all of them.
         self.fill(logits);
+        const HEAD: usize = 1024;
+        if self.needed <= HEAD / 4 && self.cur.len() > HEAD {
+            self.cur.select_nth_unstable_by(HEAD - 1, |a, b| b.logit.total_cmp(&a.logit));
+            let tail_max = self.cur[HEAD..].iter().map(|t| t.logit).fold(f32::NEG_INFINITY, f32::max);
+            let mut head: Vec<sys::llama_token_data> = self.cur[..HEAD].to_vec();
+            let saved = std::mem::replace(&mut self.cur, head);
+            self.run(self.grammar)?;
+            self.cur.retain(|t| t.logit.is_finite());
+            let enough = self.cur.len() >= self.needed
+                && self.cur.iter().map(|t| t.logit).fold(f32::INFINITY, f32::min) >= tail_max;
+            if enough {
+                self.run(self.chain)?;
+                return Ok(self.cur[0].id);
+            }
+            head = std::mem::replace(&mut self.cur, saved);
+            drop(head);
+        }
         self.run(self.grammar)?;
         self.cur.retain(|t| t.logit.is_finite());
         if self.cur.is_empty() {

@@ -246,7 +246,7 @@ fn tool_capable_templates() -> Vec<String> {
 
 #[test]
 fn context_limits_are_reported() {
-    let e = CEngine::open(&json!({"model_path": qwen(), "n_ctx": 256, "n_batch": 64})).unwrap();
+    let e = CEngine::open(&json!({"model_path": qwen(), "n_ctx": 256, "n_batch": 64, "n_threads": 1})).unwrap();
     let long = "word ".repeat(400);
     let r = e.infer(&json!({"messages": user(&long), "max_tokens": 4}));
     assert_code(&r, "context_overflow");

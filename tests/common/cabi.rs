@@ -80,8 +80,10 @@ impl CEngine {
         Ok(CEngine { raw, events })
     }
 
+    /// One compute thread: cargo runs tests in parallel, and ggml's thread pool spin-waits, so
+    /// more compute threads than cores would mostly spin.
     pub fn open_model(path: &std::path::Path) -> CEngine {
-        Self::open(&serde_json::json!({"model_path": path, "n_ctx": 4096})).unwrap_or_else(|e| panic!("create failed: {e}"))
+        Self::open(&serde_json::json!({"model_path": path, "n_ctx": 4096, "n_threads": 1})).unwrap_or_else(|e| panic!("create failed: {e}"))
     }
 
     pub fn infer(&self, req: &Value) -> Value {

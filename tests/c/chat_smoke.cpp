@@ -1,0 +1,2 @@
+// The chat smoke test compiled as C++.
+#include "chat_smoke.c"
