@@ -417,3 +417,43 @@ fn spm_tokenizer_with_plain_text_generation_prompts_works() {
         }
     }
 }
+
+#[test]
+fn reasoning_is_extracted_unless_asked_not_to() {
+    // DeepSeek-R1's generation prompt opens the reasoning block: everything generated up to
+    // `</think>` is reasoning.
+    let e = CEngine::open_model(&corpus_fixture("llama-cpp-deepseek-r1", false));
+    let req = |fmt: &str| json!({"messages": user("Think first."), "max_tokens": 24, "seed": 8, "reasoning_format": fmt, "stream": true});
+    let r = e.infer(&req("auto"));
+    let m = &r["choices"][0]["message"];
+    assert!(m["reasoning_content"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
+    assert_stream_matches("reasoning auto", &e.events.chunks(), &r);
+    assert!(e.events.chunks().iter().any(|c| c["choices"][0]["delta"]["reasoning_content"].is_string()), "reasoning streams as reasoning_content");
+    e.events.clear();
+    let r = e.infer(&req("none"));
+    assert!(r["choices"][0]["message"].get("reasoning_content").is_none(), "{r}");
+    assert!(r["choices"][0]["message"]["content"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
+}
+
+#[test]
+fn stop_strings_seeds_and_sampling_fields_behave() {
+    let e = CEngine::open_model(&qwen());
+    let base = json!({"messages": user("Count."), "max_tokens": 48, "seed": 21, "temperature": 1.0, "top_k": 100, "top_p": 0.9, "min_p": 0.01});
+    let a = e.infer(&base);
+    let b = e.infer(&base);
+    assert_eq!(a["choices"][0]["message"], b["choices"][0]["message"], "the same seed gives the same reply");
+    // Stop at a character the reply is known to contain.
+    let text = a["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let stop: String = text.chars().filter(|c| c.is_alphanumeric()).take(1).collect();
+    if !stop.is_empty() {
+        let mut req = base.clone();
+        req["stop"] = json!([stop.clone(), "never-appears"]);
+        let r = e.infer(&req);
+        let got = r["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(r["choices"][0]["finish_reason"], "stop", "{r}");
+        assert!(!got.contains(&stop), "{got:?} must end before {stop:?}");
+        assert!(text.starts_with(got), "the same reply, cut at the stop string");
+    }
+    let greedy = json!({"messages": user("Count."), "max_tokens": 16, "temperature": 0});
+    assert_eq!(e.infer(&greedy)["choices"][0]["message"], e.infer(&greedy)["choices"][0]["message"], "greedy is deterministic");
+}
