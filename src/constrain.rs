@@ -11,6 +11,7 @@
 //!   accept less or nothing (GLM-4.6 takes no whitespace after the function name's newline), so a
 //!   grammar-conforming call can fail to parse. In the strict grammars `space` is empty: calls
 //!   come out compact, and the whitespace a format requires is in its literals.
+//!
 //! These rewrites act on the grammar text of the tool-call section only, by rule names that
 //! llama.cpp's builders generate (`tool-<fn>-arg-<prop>`, `tool-<fn>`, `gemma4-dict`).
 

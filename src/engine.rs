@@ -93,7 +93,11 @@ pub fn random_id(prefix: &str, len: usize) -> String {
     s
 }
 
-pub fn tokenize(vocab: *const sys::llama_vocab, text: &str, parse_special: bool) -> Result<Vec<sys::llama_token>> {
+/// Tokenizes `text` (special tokens parsed when `parse_special`), without adding BOS/EOS.
+///
+/// # Safety
+/// `vocab` must be a valid llama vocabulary for the duration of the call.
+pub unsafe fn tokenize(vocab: *const sys::llama_vocab, text: &str, parse_special: bool) -> Result<Vec<sys::llama_token>> {
     let len = i32::try_from(text.len()).map_err(|_| Error::new(ErrorCode::ContextOverflow, "prompt larger than 2 GB"))?;
     let mut buf = vec![0 as sys::llama_token; text.len() + 4];
     // SAFETY: buf has the declared capacity; text is valid for len bytes.
@@ -114,7 +118,11 @@ pub fn tokenize(vocab: *const sys::llama_vocab, text: &str, parse_special: bool)
     Ok(buf)
 }
 
-pub fn piece(vocab: *const sys::llama_vocab, token: sys::llama_token, special: bool) -> Vec<u8> {
+/// The bytes of one token (special tokens rendered when `special`).
+///
+/// # Safety
+/// `vocab` must be a valid llama vocabulary for the duration of the call.
+pub unsafe fn piece(vocab: *const sys::llama_vocab, token: sys::llama_token, special: bool) -> Vec<u8> {
     let mut buf = vec![0u8; 64];
     // SAFETY: buf has the declared capacity.
     let mut n = unsafe { sys::llama_token_to_piece(vocab, token, buf.as_mut_ptr() as *mut _, buf.len() as i32, 0, special) };
@@ -234,11 +242,21 @@ impl Engine {
     }
 
     fn emit(&self, ev: Value) -> bool {
-        self.events.as_ref().map_or(true, |f| f(&ev))
+        self.events.as_ref().is_none_or(|f| f(&ev))
     }
 
     fn vocab(&self) -> *const sys::llama_vocab {
         self.model.vocab()
+    }
+
+    fn tokenize(&self, text: &str) -> Result<Vec<sys::llama_token>> {
+        // SAFETY: the vocabulary lives as long as the model this engine holds.
+        unsafe { tokenize(self.vocab(), text, true) }
+    }
+
+    fn piece(&self, token: sys::llama_token, special: bool) -> Vec<u8> {
+        // SAFETY: as above.
+        unsafe { piece(self.vocab(), token, special) }
     }
 
     /// Runs one chat completion. Returns `busy` at once if another thread is inside.
@@ -354,7 +372,7 @@ impl Engine {
         let preserved = params
             .preserved_tokens
             .iter()
-            .filter_map(|t| match tokenize(self.vocab(), t, true) {
+            .filter_map(|t| match self.tokenize(t) {
                 Ok(ids) if ids.len() == 1 => Some(ids[0]),
                 _ => None,
             })
@@ -377,12 +395,12 @@ impl Engine {
         let preserved: HashSet<sys::llama_token> = p
             .preserved_tokens
             .iter()
-            .filter_map(|t| tokenize(self.vocab(), t, true).ok().filter(|ids| ids.len() == 1).map(|ids| ids[0]))
+            .filter_map(|t| self.tokenize(t).ok().filter(|ids| ids.len() == 1).map(|ids| ids[0]))
             .collect();
         for t in &p.grammar_triggers {
             match t.kind {
                 crate::shim::TRIGGER_WORD => {
-                    let ids = tokenize(self.vocab(), &t.value, true)?;
+                    let ids = self.tokenize(&t.value)?;
                     if ids.len() == 1 && preserved.contains(&ids[0]) {
                         g.trigger_tokens.push(ids[0]);
                     } else {
@@ -418,7 +436,7 @@ impl Engine {
             let n = unsafe { sys::llama_vocab_n_tokens(vocab) };
             let mut m = HashMap::with_capacity(n as usize);
             for t in 0..n {
-                let p = piece(vocab, t, true);
+                let p = self.piece(t, true);
                 if !p.is_empty() {
                     m.entry(p).or_insert(t);
                 }
@@ -448,7 +466,7 @@ impl Engine {
 
     fn tokens_with_bos(&self, text: &str) -> Result<Vec<sys::llama_token>> {
         let vocab = self.vocab();
-        let mut toks = tokenize(vocab, text, true)?;
+        let mut toks = self.tokenize(text)?;
         // SAFETY: vocab is valid.
         let (add_bos, bos) = unsafe { (sys::llama_vocab_get_add_bos(vocab), sys::llama_vocab_bos(vocab)) };
         if add_bos && bos >= 0 && toks.first() != Some(&bos) {
@@ -515,7 +533,7 @@ impl Engine {
         };
         let tail = format!("{}{}", &reply[end_of_turn..], rest);
         let mut toks = inner.cached[..n + last.gen_tokens.len()].to_vec();
-        toks.extend(tokenize(self.vocab(), &tail, true).ok()?);
+        toks.extend(self.tokenize(&tail).ok()?);
         Some(toks)
     }
 
@@ -574,7 +592,7 @@ impl Engine {
             top_k: req.top_k.unwrap_or(40),
             top_p: req.top_p.unwrap_or(0.95),
             min_p: req.min_p.unwrap_or(0.05),
-            seed: req.seed.or(self.config.seed).map(|s| s as u32).unwrap_or_else(|| random_seed()),
+            seed: req.seed.or(self.config.seed).map(|s| s as u32).unwrap_or_else(random_seed),
         };
         // SAFETY: the vocab lives as long as the model, which outlives the sampler.
         let mut smpl = unsafe { Sampler::new(vocab, &sp, plan.grammar.as_ref()) }?;
@@ -612,7 +630,10 @@ impl Engine {
             let eot = sys::llama_vocab_eot(vocab);
             if eot >= 0 { eot } else { sys::llama_vocab_eos(vocab) }
         };
-        while !cancelled {
+        loop {
+            if cancelled {
+                break;
+            }
             if gen_tokens.len() >= max_new || inner.cached.len() >= self.n_ctx as usize {
                 finish = Finish::Length;
                 break;
@@ -632,12 +653,12 @@ impl Engine {
             n_sampled += 1;
             // SAFETY: vocab is valid.
             if unsafe { sys::llama_vocab_is_eog(vocab, tok) } {
-                eog_piece = String::from_utf8_lossy(&piece(vocab, tok, true)).into_owned();
+                eog_piece = String::from_utf8_lossy(&self.piece(tok, true)).into_owned();
                 finish = Finish::Stop;
                 break;
             }
             let before = out.len();
-            out.extend(piece(vocab, tok, plan.preserved.contains(&tok)));
+            out.extend(self.piece(tok, plan.preserved.contains(&tok)));
             gen_tokens.push(tok);
             if max_stop > 0 {
                 let from = before.saturating_sub(max_stop - 1);
@@ -679,7 +700,7 @@ impl Engine {
                     }
                 }
             }
-            if gen_tokens.len() % PROGRESS_EVERY == 0
+            if gen_tokens.len().is_multiple_of(PROGRESS_EVERY)
                 && !self.emit(json!({"type": "progress", "stage": "generate", "completion_tokens": gen_tokens.len()}))
             {
                 finish = Finish::Cancelled;
@@ -966,7 +987,7 @@ pub fn adapt_messages(messages: &[request::Message], system_role: bool) -> Vec<r
         }
         leading = false;
         if out.iter().all(|x| x.role == Role::System) && m.role != Role::User {
-            out.push(plain(Role::User, pending.drain(..).collect::<Vec<_>>().join("\n\n")));
+            out.push(plain(Role::User, std::mem::take(&mut pending).join("\n\n")));
         }
         if m.role == Role::User && !pending.is_empty() {
             m.content = Some(Content::Text(format!("{}\n\n{}", pending.join("\n\n"), text(&m))));

@@ -200,7 +200,7 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -255,7 +255,7 @@ fn write_data<W: Write>(w: &mut W, t: &TensorSpec, rng: &mut Rng) -> io::Result<
             for _ in 0..n {
                 let v = match fill {
                     Fill::Const(c) => c,
-                    Fill::Random => ((rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1,
+                    Fill::Random => ((rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1,
                 };
                 buf.extend_from_slice(&v.to_le_bytes());
                 if buf.len() >= CHUNK * 4 {
@@ -267,7 +267,7 @@ fn write_data<W: Write>(w: &mut W, t: &TensorSpec, rng: &mut Rng) -> io::Result<
         (TensorType::F16, _) => {
             let mut left = n;
             while left > 0 {
-                let r = rng.next();
+                let r = rng.next_u64();
                 for k in 0..left.min(4) {
                     buf.extend_from_slice(&random_f16(r >> (16 * k)).to_le_bytes());
                 }
@@ -283,7 +283,7 @@ fn write_data<W: Write>(w: &mut W, t: &TensorSpec, rng: &mut Rng) -> io::Result<
             for _ in 0..n / 32 {
                 buf.extend_from_slice(&D.to_le_bytes());
                 for _ in 0..4 {
-                    let r = rng.next().to_le_bytes();
+                    let r = rng.next_u64().to_le_bytes();
                     buf.extend(r.iter().map(|b| if *b == 0x80 { 0x81 } else { *b }));
                 }
                 if buf.len() >= CHUNK * 2 {

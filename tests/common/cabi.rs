@@ -5,6 +5,9 @@ use std::ffi::{c_void, CStr, CString};
 use std::os::raw::c_char;
 use std::sync::Mutex;
 
+/// A hook run on every event (e.g. to signal another thread).
+pub type Hook = Box<dyn FnMut(&Value) + Send>;
+
 /// What the callback sees, and when it answers "cancel".
 #[derive(Default)]
 pub struct Events {
@@ -12,7 +15,7 @@ pub struct Events {
     /// Cancel once this many chunk events arrived (0: never).
     pub cancel_after_chunks: Mutex<usize>,
     /// Invoked on every event (e.g. to signal another thread).
-    pub on_event: Mutex<Option<Box<dyn FnMut(&Value) + Send>>>,
+    pub on_event: Mutex<Option<Hook>>,
 }
 
 impl Events {
