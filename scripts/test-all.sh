@@ -18,6 +18,17 @@ ctest --test-dir target/c-tests --output-on-failure
 if [ -f bindings-java/pom.xml ]; then
   echo "== Java: mvn test (bindings-java)"
   source scripts/find-jdk.sh
+  rm -rf bindings-java/target/*/surefire-reports
   (cd bindings-java && mvn -q -B test -Dllb.library.path="$root/target/release/libllb.so" -Dllb.cli="$root/target/release/llb")
+  # mvn -q prints no summary: count the Surefire reports (mvn already failed on any failure).
+  python3 - bindings-java/target/*/surefire-reports/TEST-*.xml <<'PY'
+import re, sys
+t = f = 0
+for path in sys.argv[1:]:
+    head = re.search(r"<testsuite [^>]*>", open(path).read()).group(0)
+    n = lambda k: int(re.search(k + r'="(\d+)"', head).group(1))
+    t += n("tests"); f += n("failures") + n("errors")
+print(f"java: {t - f} passed, {f} failed")
+PY
 fi
 echo "== all tests passed"

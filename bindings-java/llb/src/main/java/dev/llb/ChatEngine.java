@@ -1,0 +1,208 @@
+package dev.llb;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.ref.Cleaner;
+import java.lang.ref.Reference;
+import java.nio.file.Path;
+import java.util.Objects;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Consumer;
+
+/**
+ * One conversation's llb engine: a llama.cpp context (KV cache) over a model whose weights are
+ * shared by every engine open on the same file.
+ *
+ * <h2>Threads</h2>
+ * An engine runs one request at a time. A call made while another thread's call is running on
+ * the same engine fails at once with {@link LlbException} code {@code "busy"}, exactly as llb
+ * itself answers; it never waits and never enters native code. Use one engine per concurrent
+ * conversation (different engines run in parallel). {@link #close()} may be called from any
+ * thread, even while a call is running: it cancels that call, waits for it to return, then frees
+ * the engine.
+ *
+ * <h2>Callbacks</h2>
+ * Chunk consumers run on the calling thread, inside the native call. Whatever they throw is
+ * caught before it can reach native code, cancels the generation, and is rethrown by
+ * {@link #stream} once llb has returned; the engine stays usable.
+ *
+ * <h2>Lifetime</h2>
+ * The native engine, its callback stub and the arena that holds the stub live exactly as long as
+ * this object: {@link #close()} frees them (idempotent); a {@link Cleaner} frees them if an
+ * engine is dropped unclosed, as a safety net only. Any call after close throws
+ * {@link IllegalStateException}.
+ */
+public final class ChatEngine implements AutoCloseable {
+    private static final Cleaner CLEANER = Cleaner.create();
+
+    private final MemorySegment handle;
+    private final EventDispatcher events;
+    private final Cleaner.Cleanable resources;
+    private final ReentrantLock callLock = new ReentrantLock();
+    private volatile boolean closed;
+
+    private ChatEngine(MemorySegment handle, Arena arena, EventDispatcher events) {
+        this.handle = handle;
+        this.events = events;
+        this.resources = CLEANER.register(this, new Resources(handle, arena));
+    }
+
+    /** Frees the native engine, then the callback stub it calls. Holds no reference to the engine. */
+    private record Resources(MemorySegment handle, Arena arena) implements Runnable {
+        @Override
+        public void run() {
+            try {
+                Native.chatDestroy(handle);
+            } finally {
+                arena.close();
+            }
+        }
+    }
+
+    /**
+     * Opens an engine.
+     *
+     * @throws ToolsUnsupportedException when llb refuses the model because its chat template
+     *     cannot do tool calling (checked before any weights are loaded)
+     * @throws LlbException for any other failure, with llb's code ({@code file_not_found},
+     *     {@code not_a_gguf}, {@code invalid_argument}, {@code model_load_failed}, ...)
+     */
+    public static ChatEngine open(ChatConfig config) {
+        Objects.requireNonNull(config, "config");
+        EventDispatcher events = new EventDispatcher();
+        Arena arena = Arena.ofShared();
+        boolean opened = false;
+        try {
+            MemorySegment handle = Native.chatCreate(config.toJson(), Native.eventStub(events, arena));
+            if (handle.equals(MemorySegment.NULL)) {
+                throw events.takeCreateFailure();
+            }
+            ChatEngine engine = new ChatEngine(handle, arena, events);
+            opened = true;
+            return engine;
+        } finally {
+            if (!opened) {
+                arena.close();
+            }
+        }
+    }
+
+    /** {@code open(ChatConfig.of(model))}. */
+    public static ChatEngine open(Path model) {
+        return open(ChatConfig.of(model));
+    }
+
+    /**
+     * Runs one OpenAI chat completion and returns the {@code chat.completion} JSON.
+     *
+     * @throws LlbException with llb's code: {@code invalid_json}, {@code invalid_argument} (the
+     *     message names the field), {@code context_overflow}, {@code busy}, ...
+     * @throws IllegalStateException after {@link #close()}
+     */
+    public String infer(String requestJson) {
+        return call(requestJson, null, null);
+    }
+
+    /** {@link #infer(String)}, cancellable from another thread with {@code cancel}. */
+    public String infer(String requestJson, CancellationToken cancel) {
+        return call(requestJson, null, Objects.requireNonNull(cancel, "cancel"));
+    }
+
+    /**
+     * Runs one chat completion with {@code "stream":true} (added when missing), handing each
+     * {@code chat.completion.chunk} JSON to {@code onChunk} as llb produces it, on this thread.
+     * Returns the final {@code chat.completion} JSON, whose message is what the chunks add up to.
+     *
+     * <p>An exception from {@code onChunk} cancels the generation and is rethrown from here.
+     */
+    public String stream(String requestJson, Consumer<String> onChunk) {
+        return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
+                Objects.requireNonNull(onChunk, "onChunk"), null);
+    }
+
+    /**
+     * {@link #stream(String, Consumer)}, cancellable with {@code cancel} from any thread, or from
+     * {@code onChunk} itself. Chunks that llb sends after the cancellation (the final delta with
+     * {@code finish_reason "cancelled"}) are still delivered.
+     */
+    public String stream(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
+        return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
+                Objects.requireNonNull(onChunk, "onChunk"), Objects.requireNonNull(cancel, "cancel"));
+    }
+
+    private String call(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
+        Objects.requireNonNull(requestJson, "requestJson");
+        ensureOpen();
+        // Held for the whole native call. Re-entry from a callback of this engine is "busy" too.
+        if (callLock.isHeldByCurrentThread() || !callLock.tryLock()) {
+            throw new LlbException("busy", "this engine is running another request (use one engine per concurrent conversation)");
+        }
+        try {
+            ensureOpen();
+            events.begin(onChunk, cancel);
+            String response;
+            Throwable fromCallback;
+            try {
+                response = Native.chatInfer(handle, requestJson);
+            } finally {
+                fromCallback = events.end();
+            }
+            if (fromCallback != null) {
+                throw rethrow(fromCallback);
+            }
+            return Json.orThrow(response);
+        } finally {
+            if (closed) {
+                resources.clean(); // close() was called during this call (maybe from a callback)
+            }
+            callLock.unlock();
+            Reference.reachabilityFence(this);
+        }
+    }
+
+    /**
+     * Frees the engine. Idempotent and callable from any thread: a call running on another thread
+     * is cancelled and waited for; called from this engine's own chunk consumer, the engine is
+     * freed as soon as the running call returns.
+     */
+    @Override
+    public void close() {
+        closed = true;
+        events.abort();
+        if (callLock.isHeldByCurrentThread()) {
+            return; // inside a callback of this engine: call() frees it on its way out
+        }
+        callLock.lock();
+        try {
+            resources.clean();
+        } finally {
+            callLock.unlock();
+        }
+    }
+
+    /** The native handle, for the overhead benchmark's bare downcalls (same package, no lock). */
+    MemorySegment nativeHandle() {
+        return handle;
+    }
+
+    /** Whether {@link #close()} has been called. */
+    public boolean isClosed() {
+        return closed;
+    }
+
+    private void ensureOpen() {
+        if (closed) {
+            throw new IllegalStateException("this ChatEngine is closed");
+        }
+    }
+
+    private static RuntimeException rethrow(Throwable t) {
+        if (t instanceof RuntimeException r) {
+            return r;
+        }
+        if (t instanceof Error e) {
+            throw e;
+        }
+        return new IllegalStateException("a chunk consumer threw a checked exception", t);
+    }
+}

@@ -1,0 +1,50 @@
+package dev.llb;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+/**
+ * An error reported by llb: {@link #code()} is one of llb's stable error codes
+ * ({@code docs/errors.md}: {@code invalid_json}, {@code invalid_argument}, {@code file_not_found},
+ * {@code busy}, ...) and {@link #getMessage()} is llb's message, verbatim.
+ */
+public class LlbException extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    private final String code;
+    private final String json;
+
+    public LlbException(String code, String message) {
+        this(code, message, null);
+    }
+
+    LlbException(String code, String message, String json) {
+        super(message);
+        this.code = code;
+        this.json = json;
+    }
+
+    /** The error (or {@code create_failure} event) object as llb sent it. */
+    static LlbException fromJson(JsonNode error, String json) {
+        String code = error.path("code").asText("internal");
+        String message = error.path("message").asText("(llb sent no message)");
+        if (ToolsUnsupportedException.CODE.equals(code)) {
+            return new ToolsUnsupportedException(message, Json.booleanMap(error.path("caps")), json);
+        }
+        return new LlbException(code, message, json);
+    }
+
+    /** llb's snake_case error code. */
+    public String code() {
+        return code;
+    }
+
+    /** The error JSON as llb returned it, or {@code null} when the binding raised the error itself. */
+    public String json() {
+        return json;
+    }
+
+    @Override
+    public String toString() {
+        return getClass().getName() + "[" + code + "]: " + getMessage();
+    }
+}

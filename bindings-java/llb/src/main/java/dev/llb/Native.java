@@ -1,0 +1,158 @@
+package dev.llb;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.SymbolLookup;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
+import java.nio.charset.StandardCharsets;
+
+/**
+ * The one class that holds llb's C entry points ({@code include/llb.h}) as method handles, and the
+ * only one that touches native memory.
+ *
+ * <p>Strings cross the boundary in one way each: arguments are copied into a confined arena that
+ * lives for the call (llb does not retain them), and every {@code char *} llb returns is copied
+ * into a {@link String} and released with {@code llb_string_free} in a {@code finally}.
+ *
+ * <p>The library is loaded when this class initializes ({@link LibraryLoader}); when it cannot be
+ * found, the first use throws an {@link UnsatisfiedLinkError} listing every path tried.
+ */
+@SuppressWarnings("restricted") // the binding's native access is confined to Native and LibraryLoader
+final class Native {
+    /** The ABI this binding was written against ({@code "abi"} of {@code llb_version}). */
+    static final int ABI = 1;
+
+    private static final Linker LINKER = Linker.nativeLinker();
+    private static final SymbolLookup LIBRARY = LibraryLoader.load();
+
+    // char *llb_version(void);
+    private static final MethodHandle VERSION = downcall("llb_version", FunctionDescriptor.of(ADDRESS));
+    // char *llb_model_info(const char *gguf_path);
+    private static final MethodHandle MODEL_INFO = downcall("llb_model_info", FunctionDescriptor.of(ADDRESS, ADDRESS));
+    // void llb_string_free(char *s);
+    private static final MethodHandle STRING_FREE = downcall("llb_string_free", FunctionDescriptor.ofVoid(ADDRESS));
+    // llb_chat *llb_chat_create(const char *config_json, llb_event_fn on_event, void *user_data);
+    private static final MethodHandle CHAT_CREATE =
+            downcall("llb_chat_create", FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS, ADDRESS));
+    // char *llb_chat_infer(llb_chat *chat, const char *request_json);
+    private static final MethodHandle CHAT_INFER = downcall("llb_chat_infer", FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS));
+    // void llb_chat_destroy(llb_chat *chat);
+    private static final MethodHandle CHAT_DESTROY = downcall("llb_chat_destroy", FunctionDescriptor.ofVoid(ADDRESS));
+
+    // typedef int32_t (*llb_event_fn)(const char *event_json, void *user_data);
+    private static final FunctionDescriptor EVENT_FN = FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS);
+    private static final MethodHandle ON_EVENT;
+
+    static {
+        try {
+            ON_EVENT = MethodHandles.lookup().findVirtual(EventDispatcher.class, "onEvent",
+                    MethodType.methodType(int.class, MemorySegment.class, MemorySegment.class));
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+        VersionInfo v = VersionInfo.parse(version());
+        if (v.abi() != ABI) {
+            throw new UnsatisfiedLinkError("libllb " + v.llb() + " has ABI " + v.abi() + "; this binding needs ABI " + ABI);
+        }
+    }
+
+    private Native() {}
+
+    private static MethodHandle downcall(String name, FunctionDescriptor descriptor) {
+        MemorySegment symbol = LIBRARY.find(name)
+                .orElseThrow(() -> new UnsatisfiedLinkError("libllb has no symbol " + name + " (an older library?)"));
+        return LINKER.downcallHandle(symbol, descriptor);
+    }
+
+    static String version() {
+        try {
+            return take((MemorySegment) VERSION.invokeExact());
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
+    static String modelInfo(String ggufPath) {
+        try (Arena arena = Arena.ofConfined()) {
+            return take((MemorySegment) MODEL_INFO.invokeExact(arena.allocateFrom(ggufPath)));
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
+    /** Returns the handle, or {@link MemorySegment#NULL} after a {@code create_failure} event to {@code onEvent}. */
+    static MemorySegment chatCreate(String configJson, MemorySegment onEvent) {
+        try (Arena arena = Arena.ofConfined()) {
+            return (MemorySegment) CHAT_CREATE.invokeExact(arena.allocateFrom(configJson), onEvent, MemorySegment.NULL);
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
+    static String chatInfer(MemorySegment chat, String requestJson) {
+        try (Arena arena = Arena.ofConfined()) {
+            return take((MemorySegment) CHAT_INFER.invokeExact(chat, arena.allocateFrom(requestJson)));
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
+    static void chatDestroy(MemorySegment chat) {
+        try {
+            CHAT_DESTROY.invokeExact(chat);
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
+    /**
+     * An {@code llb_event_fn} that calls {@code events.onEvent}, alive until {@code arena} closes.
+     * The stub keeps {@code events} strongly reachable while it lives.
+     */
+    static MemorySegment eventStub(EventDispatcher events, Arena arena) {
+        return LINKER.upcallStub(ON_EVENT.bindTo(events), EVENT_FN, arena);
+    }
+
+    /** Copies a NUL-terminated UTF-8 string that llb lends for the duration of a callback. */
+    static String borrowed(MemorySegment cString) {
+        return cString.reinterpret(Long.MAX_VALUE).getString(0, StandardCharsets.UTF_8);
+    }
+
+    /** Copies a string llb returned, then releases it: llb's strings are freed exactly once. */
+    private static String take(MemorySegment cString) {
+        try {
+            if (cString.equals(MemorySegment.NULL)) {
+                throw new LlbException("internal", "llb returned NULL where its header promises a string");
+            }
+            return borrowed(cString);
+        } finally {
+            free(cString);
+        }
+    }
+
+    private static void free(MemorySegment cString) {
+        try {
+            STRING_FREE.invokeExact(cString);
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
+    /** Downcalls declare Throwable; only unchecked ones can happen. */
+    private static RuntimeException unexpected(Throwable t) {
+        if (t instanceof RuntimeException r) {
+            throw r;
+        }
+        if (t instanceof Error e) {
+            throw e;
+        }
+        throw new AssertionError("unexpected checked exception from a downcall", t);
+    }
+}

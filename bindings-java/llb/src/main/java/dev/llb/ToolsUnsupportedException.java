@@ -1,0 +1,26 @@
+package dev.llb;
+
+import java.util.Map;
+
+/**
+ * llb refused to open a model whose chat template cannot describe tools and render tool calls.
+ * {@link #getMessage()} is llb's message ({@code "Model X rejected: ..."}), and {@link #caps()}
+ * the template capabilities that llama.cpp's probe found.
+ */
+public final class ToolsUnsupportedException extends LlbException {
+    private static final long serialVersionUID = 1L;
+
+    static final String CODE = "tools_unsupported";
+
+    private final transient Map<String, Boolean> caps;
+
+    ToolsUnsupportedException(String message, Map<String, Boolean> caps, String json) {
+        super(CODE, message, json);
+        this.caps = Map.copyOf(caps);
+    }
+
+    /** llama.cpp's caps map, e.g. {@code supports_tools=false, supports_tool_calls=false, ...}. */
+    public Map<String, Boolean> caps() {
+        return caps;
+    }
+}

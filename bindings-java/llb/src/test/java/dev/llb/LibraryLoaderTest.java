@@ -1,0 +1,98 @@
+package dev.llb;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.File;
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.SymbolLookup;
+import java.net.URL;
+import java.net.URLClassLoader;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** The loading order: -Dllb.library.path, java.library.path, the bundled copy; and the failure message. */
+class LibraryLoaderTest {
+    @TempDir
+    Path dir;
+
+    static Path realLibrary() {
+        String path = System.getProperty(LibraryLoader.PROPERTY);
+        assertTrue(path != null && Files.isRegularFile(Path.of(path)), "set -Dllb.library.path=/path/to/libllb.so");
+        return Path.of(path);
+    }
+
+    @Test
+    void theExplicitPathComesFirst() {
+        try (Arena arena = Arena.ofConfined()) {
+            SymbolLookup lookup = LibraryLoader.load(realLibrary().toString(), dir.toString(), null, arena);
+            assertTrue(lookup.find("llb_chat_infer").isPresent());
+        }
+    }
+
+    @Test
+    void javaLibraryPathIsSearchedWhenTheExplicitPathFails() throws IOException {
+        Path libDir = Files.createDirectories(dir.resolve("lib"));
+        Files.copy(realLibrary(), libDir.resolve(LibraryLoader.FILE_NAME));
+        try (Arena arena = Arena.ofConfined()) {
+            SymbolLookup lookup = LibraryLoader.load(dir.resolve("missing.so").toString(),
+                    dir.resolve("empty") + File.pathSeparator + libDir, null, arena);
+            assertTrue(lookup.find("llb_version").isPresent());
+        }
+    }
+
+    @Test
+    void theBundledCopyIsExtractedAndLoadedLast() throws IOException {
+        Path resource = dir.resolve("jar").resolve(LibraryLoader.bundledResource());
+        Files.createDirectories(resource.getParent());
+        Files.copy(realLibrary(), resource);
+        try (URLClassLoader jar = new URLClassLoader(new URL[] {dir.resolve("jar").toUri().toURL()}, null);
+                Arena arena = Arena.ofConfined()) {
+            SymbolLookup lookup = LibraryLoader.load(null, dir.toString(), jar, arena);
+            assertTrue(lookup.find("llb_model_info").isPresent());
+        }
+    }
+
+    @Test
+    void theFailureListsEveryPlaceTriedInOrder() throws IOException {
+        Path notALibrary = Files.write(dir.resolve("libllb.so"), foreignArchitectureCopy());
+        Path missing = dir.resolve("nowhere").resolve("libllb.so");
+        UnsatisfiedLinkError e = assertThrows(UnsatisfiedLinkError.class, () -> LibraryLoader.load(
+                missing.toString(), dir + File.pathSeparator + dir.resolve("other"), null, Arena.ofAuto()));
+        String message = e.getMessage();
+        int explicit = message.indexOf(missing + " (-Dllb.library.path): no such file");
+        int broken = message.indexOf(notALibrary + " (java.library.path): failed to load");
+        int other = message.indexOf(dir.resolve("other").resolve("libllb.so") + " (java.library.path): no such file");
+        int bundled = message.indexOf("classpath:" + LibraryLoader.bundledResource() + " (bundled): not in the jar");
+        assertTrue(explicit >= 0 && explicit < broken && broken < other && other < bundled, message);
+        assertTrue(message.contains("-Dllb.library.path="), message);
+    }
+
+    /**
+     * The real library's ELF headers with another machine type: dlopen rejects it before mapping
+     * anything. (A truncated library would crash the dynamic loader, and a non-ELF file makes the
+     * JVM print a stack-guard warning.)
+     */
+    private static byte[] foreignArchitectureCopy() throws IOException {
+        byte[] head = new byte[8192];
+        try (var in = Files.newInputStream(realLibrary())) {
+            assertEquals(head.length, in.readNBytes(head, 0, head.length));
+        }
+        int machine = (head[18] & 0xff) | (head[19] & 0xff) << 8;
+        int other = machine == 62 ? 183 : 62; // EM_X86_64 <-> EM_AARCH64
+        head[18] = (byte) other;
+        head[19] = (byte) (other >> 8);
+        return head;
+    }
+
+    @Test
+    void platformNames() {
+        assertEquals("linux-x86_64", LibraryLoader.platform("Linux", "amd64"));
+        assertEquals("linux-aarch64", LibraryLoader.platform("Linux", "aarch64"));
+        assertEquals("macos-aarch64", LibraryLoader.platform("Mac OS X", "aarch64"));
+    }
+}
