@@ -94,6 +94,9 @@ fn main() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-fixtures");
     std::fs::create_dir_all(&dir).unwrap();
     let mid = fixture(&dir, "llama-spm", "mistralai-Mistral-Nemo-Instruct-2407", "0.3g");
+    // Turn 2 needs a template that keeps the history stable (Mistral-Nemo's renders the system
+    // message only into the last user turn): Llama 3.1 with its own tokenizer.
+    let llama = fixture(&dir, "llama-bpe", "meta-llama-Llama-3.1-8B-Instruct", "0.8g");
     let tiny = fixture(&dir, "qwen2", "Qwen-Qwen2.5-7B-Instruct", "tiny");
     let big = fixture(&dir, "llama-spm", "mistralai-Mistral-Nemo-Instruct-2407", "1g");
     let mut met = Vec::new();
@@ -102,11 +105,11 @@ fn main() {
     {
         let e = engine(&mid, 2048, None);
         let req = json!({"messages": [{"role": "user", "content": "Tell me a long story about the sea."}],
-                         "temperature": 0, "max_tokens": 128});
+                         "temperature": 0, "max_tokens": 192});
         let mut llb_rates = Vec::new();
         let mut plain_rates = Vec::new();
         let mut n_prompt = 0;
-        for _ in 0..3 {
+        for _ in 0..5 {
             // A fresh prompt each time: no KV reuse in the measured phase either way.
             e.infer(&json!({"messages": [{"role": "user", "content": "reset"}], "max_tokens": 1}).to_string()).unwrap();
             let r = e.infer(&req.to_string()).unwrap();
@@ -122,11 +125,15 @@ fn main() {
         let _ = n_prompt;
     }
 
-    // (b) a ~2k-token tool-call output, streamed vs not.
+    // (b) a ~2k-token tool-call output, streamed vs not: a schema that makes the call long.
     {
+        let long_tool = json!([{"type": "function", "function": {"name": "record_readings",
+            "parameters": {"type": "object", "properties": {"readings": {"type": "array",
+                "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 1000, "maxItems": 1000}},
+                "required": ["readings"]}}}]);
         let req = |stream: bool| {
-            json!({"messages": [{"role": "user", "content": "Weather everywhere, every day?"}], "tools": tools(),
-                   "tool_choice": "required", "parallel_tool_calls": true, "max_tokens": 2048, "seed": 11, "stream": stream})
+            json!({"messages": [{"role": "user", "content": "Record the readings."}], "tools": long_tool,
+                   "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 4096, "seed": 11, "stream": stream})
         };
         let chunks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = chunks.clone();
@@ -160,9 +167,9 @@ fn main() {
 
     // (c) turn 2 on a ~2k-token history, with reuse vs cold.
     {
-        let history = "The harbour log records ships, tides and weather for every day of the season. ".repeat(110);
+        let history = "The harbour log records ships, tides and weather for every day of the season. ".repeat(125);
         let mut messages = vec![json!({"role": "system", "content": "You are a harbour assistant."}), json!({"role": "user", "content": history})];
-        let warm = engine(&mid, 4096, None);
+        let warm = engine(&llama, 4096, None);
         let r1 = warm
             .infer(&json!({"messages": messages, "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 64, "seed": 3}).to_string())
             .unwrap();
@@ -172,7 +179,7 @@ fn main() {
         let turn2 = json!({"messages": messages, "tools": tools(), "max_tokens": 1});
         let r_warm = warm.infer(&turn2.to_string()).unwrap();
         drop(warm);
-        let cold = engine(&mid, 4096, None);
+        let cold = engine(&llama, 4096, None);
         let r_cold = cold.infer(&turn2.to_string()).unwrap();
         let (w, c) = (r_warm["timings"]["prompt_ms"].as_f64().unwrap(), r_cold["timings"]["prompt_ms"].as_f64().unwrap());
         let ratio = w / c;

@@ -953,9 +953,20 @@ fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bo
 /// - leading system messages are merged into one (or, without a system role, into the first user
 ///   message); later system messages are folded into the next user message;
 /// - consecutive user/assistant messages of the same role (without tool calls) are merged;
-/// - a history that opens with an assistant (or tool) message gets an empty user turn first.
+/// - a history that opens with an assistant (or tool) message gets an empty user turn first;
+/// - tool-call ids become 9 alphanumerics (Mistral's templates reject any other id), mapped
+///   stably so a call and its result keep matching.
 pub fn adapt_messages(messages: &[request::Message], system_role: bool) -> Vec<request::Message> {
     use request::{Content, Message};
+    let short_id = |id: &str| -> String {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in id.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+        }
+        const ALPHA: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        (0..9).map(|i| ALPHA[((h >> (i * 7)) % 62) as usize] as char).collect()
+    };
+    let fits = |id: &str| id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric());
     let text = |m: &Message| m.content.as_ref().map(|c| c.text()).unwrap_or_default();
     let plain = |role: Role, t: String| Message {
         role,
@@ -973,6 +984,14 @@ pub fn adapt_messages(messages: &[request::Message], system_role: bool) -> Vec<r
         let mut m = m.clone();
         if m.role == Role::Developer {
             m.role = Role::System;
+        }
+        for c in m.tool_calls.iter_mut().flatten() {
+            if !fits(&c.id) {
+                c.id = short_id(&c.id);
+            }
+        }
+        if let Some(id) = m.tool_call_id.as_mut().filter(|id| !fits(id)) {
+            *id = short_id(id);
         }
         if m.role == Role::System {
             if leading && system_role {
@@ -1035,6 +1054,19 @@ mod tests {
         assert_eq!(roles(&b), vec![(Role::User, "s\n\na".into())]);
         let c = adapt_messages(&[msg(Role::Assistant, "hi"), msg(Role::User, "a")], true);
         assert_eq!(roles(&c), vec![(Role::User, "".into()), (Role::Assistant, "hi".into()), (Role::User, "a".into())]);
+        // Tool-call ids: 9 alphanumerics, the same for a call and its result.
+        let mut call = msg(Role::Assistant, "");
+        call.tool_calls = Some(vec![request::ToolCall {
+            id: "call_abc".into(),
+            kind: "function".into(),
+            function: request::FunctionCall { name: "f".into(), arguments: "{}".into() },
+        }]);
+        let mut result = msg(Role::Tool, "42");
+        result.tool_call_id = Some("call_abc".into());
+        let d = adapt_messages(&[msg(Role::User, "q"), call, result], true);
+        let id = &d[1].tool_calls.as_ref().unwrap()[0].id;
+        assert!(id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
+        assert_eq!(d[2].tool_call_id.as_deref(), Some(id.as_str()));
     }
 
     #[test]

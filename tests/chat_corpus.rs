@@ -2,7 +2,8 @@
 //! with tiny random-weight fixtures and bounded argument schemas: each request yields exactly one
 //! valid, schema-conforming tool call that llama.cpp's parser returns. The required request is
 //! streamed and an `auto` reply too: concatenating the deltas must reproduce the final message
-//! (the streaming property test, Gemma 4's native format included).
+//! (the streaming property test, Gemma 4's native format included). The call and its result
+//! then go back into the history for a second turn, which must render.
 
 mod common;
 
@@ -108,6 +109,16 @@ fn required_and_named_yield_one_schema_conforming_call_on_every_tool_capable_tem
             }
             if !calls[0]["id"].as_str().is_some_and(|id| id.starts_with("call_") && id.len() > 10) {
                 problems.push(format!("{t} [{label}]: bad id {}", calls[0]["id"]));
+            }
+            // The next turn: the call and its result go back into the history.
+            if label == "required" {
+                let mut messages = req["messages"].as_array().unwrap().clone();
+                messages.push(choice0["message"].clone());
+                messages.push(json!({"role": "tool", "tool_call_id": calls[0]["id"], "content": "{\"ok\": true}"}));
+                let r2 = engine.infer(&json!({"messages": messages, "tools": tools(), "max_tokens": 4, "seed": 1}));
+                if r2["type"] == "error" {
+                    problems.push(format!("{t} [turn 2]: {r2}"));
+                }
             }
         }
         // A free reply, streamed: content (and reasoning, where the template has it) deltas.
