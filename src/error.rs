@@ -31,6 +31,36 @@ pub enum ErrorCode {
     ContextOverflow,
     /// The engine is running another request.
     Busy,
+    /// The repo is gated (or private) and no Hugging Face token is set.
+    AuthRequired,
+    /// The token's account has not been granted access to a gated repo (license not accepted).
+    LicenseNotAccepted,
+    /// The hub rejected the token (invalid, expired, or lacking permission).
+    AuthFailed,
+    /// The repo does not exist, or is private and the token cannot see it.
+    RepoNotFound,
+    /// The branch, tag or commit does not exist in the repo.
+    RevisionNotFound,
+    /// The hub has disabled access to the repo.
+    RepoDisabled,
+    /// The hub kept answering 429 after the allowed retries.
+    RateLimited,
+    /// The repo (at that revision) holds no GGUF model file.
+    NoGguf,
+    /// No GGUF in the repo matches the requested quantization.
+    QuantNotFound,
+    /// A downloaded file's sha256 (or size) differs from what the hub lists; the file was deleted.
+    ChecksumMismatch,
+    /// The hub or its CDN could not be reached, or answered unexpectedly, after retries.
+    Network,
+    /// Writing to the model cache failed (permissions, no space).
+    Disk,
+    /// The host's event callback returned non-zero; a partial download stays resumable.
+    Cancelled,
+    /// The hub's file listing is unusable: an unsafe path (absolute, `..`), a bad checksum or commit id, a missing shard.
+    InvalidRepoListing,
+    /// Offline (HF_HUB_OFFLINE=1 or offline:true), and the cache does not hold the requested model.
+    NotCached,
 }
 
 impl ErrorCode {
@@ -47,6 +77,21 @@ impl ErrorCode {
         ErrorCode::ContextCreateFailed,
         ErrorCode::ContextOverflow,
         ErrorCode::Busy,
+        ErrorCode::AuthRequired,
+        ErrorCode::LicenseNotAccepted,
+        ErrorCode::AuthFailed,
+        ErrorCode::RepoNotFound,
+        ErrorCode::RevisionNotFound,
+        ErrorCode::RepoDisabled,
+        ErrorCode::RateLimited,
+        ErrorCode::NoGguf,
+        ErrorCode::QuantNotFound,
+        ErrorCode::ChecksumMismatch,
+        ErrorCode::Network,
+        ErrorCode::Disk,
+        ErrorCode::Cancelled,
+        ErrorCode::InvalidRepoListing,
+        ErrorCode::NotCached,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -63,6 +108,21 @@ impl ErrorCode {
             ErrorCode::ContextCreateFailed => "context_create_failed",
             ErrorCode::ContextOverflow => "context_overflow",
             ErrorCode::Busy => "busy",
+            ErrorCode::AuthRequired => "auth_required",
+            ErrorCode::LicenseNotAccepted => "license_not_accepted",
+            ErrorCode::AuthFailed => "auth_failed",
+            ErrorCode::RepoNotFound => "repo_not_found",
+            ErrorCode::RevisionNotFound => "revision_not_found",
+            ErrorCode::RepoDisabled => "repo_disabled",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::NoGguf => "no_gguf",
+            ErrorCode::QuantNotFound => "quant_not_found",
+            ErrorCode::ChecksumMismatch => "checksum_mismatch",
+            ErrorCode::Network => "network",
+            ErrorCode::Disk => "disk",
+            ErrorCode::Cancelled => "cancelled",
+            ErrorCode::InvalidRepoListing => "invalid_repo_listing",
+            ErrorCode::NotCached => "not_cached",
         }
     }
 }

@@ -278,3 +278,46 @@ pub unsafe extern "C" fn llb_chat_destroy(chat: *mut llb_chat) {
         },
     )
 }
+
+/// Pulls a GGUF from the Hugging Face hub into the model cache (Hugging Face layout), verifies
+/// its sha256, and checks it with the same tool gate as `llb_chat_create`. `request_json`:
+/// `{"repo":"org/name","revision":"main","quant":"Q4_K_M"|null,"filename":null,"cache_dir":null,
+/// "token":null,"offline":false,"endpoint":null}`.
+///
+/// Returns `{"type":"pull_result","repo","revision","commit","files":[...],"path":"<first shard>",
+/// "sha256":[...],"from_cache":bool,"bytes_downloaded":N,"model_info":{...}}`, or an error:
+/// `invalid_argument`, `invalid_json`, `auth_required`, `license_not_accepted`, `auth_failed`,
+/// `repo_not_found`, `revision_not_found`, `file_not_found`, `repo_disabled`, `rate_limited`,
+/// `no_gguf`, `quant_not_found`, `checksum_mismatch`, `network`, `disk`, `cancelled`,
+/// `invalid_repo_listing`, `not_cached`, `tools_unsupported` (with `caps` and `quarantined`),
+/// `not_a_gguf`, `template_error`, `internal`. docs/pull.md has the details.
+///
+/// Events to `on_event` (may be NULL), on the calling thread, before the call returns:
+/// `pull_resolved`, `pull_progress` (`bytes`, `total`; at most every 100 ms) and `pull_warning`
+/// (`code`, `message`). Returning non-zero cancels: the call returns `cancelled` and the partial
+/// download stays resumable. `user_data` is passed back untouched and not retained after return.
+/// The Hugging Face token never appears in events, results or errors.
+///
+/// `request_json`: not retained after return.
+///
+/// Ownership: the caller owns the returned string; release it with `llb_string_free` exactly once.
+/// Never returns NULL.
+///
+/// Threads: may be called from any thread, concurrently with anything; concurrent pulls of the
+/// same file wait for each other. Blocks for the whole download.
+///
+/// # Safety
+/// `request_json` is NULL or a NUL-terminated string valid for the call; `on_event`, when not
+/// NULL, is callable with `user_data` for the duration of the call.
+#[no_mangle]
+pub unsafe extern "C" fn llb_model_pull(request_json: *const c_char, on_event: llb_event_fn, user_data: *mut c_void) -> *mut c_char {
+    let cb = on_event.map(|f| HostCallback { f, user_data });
+    guard(internal_c, || {
+        // SAFETY: forwarded caller contract.
+        let text = match unsafe { arg_str(request_json, "request_json") } {
+            Ok(t) => t,
+            Err(e) => return error_c(&e),
+        };
+        into_c(&crate::pull::pull_json(text, &|ev: &Value| cb.as_ref().is_none_or(|cb| cb.call(ev))))
+    })
+}

@@ -11,6 +11,7 @@ pub mod fixture;
 pub mod gguf;
 pub mod model;
 pub mod model_info;
+pub mod pull;
 pub mod request;
 pub mod sampler;
 pub mod shim;

@@ -18,7 +18,8 @@ struct Cli {
 enum Cmd {
     /// Print what a GGUF's chat template can do (reads the header only).
     Info {
-        model: PathBuf,
+        /// A GGUF file, or a Hugging Face repo id (`org/name[:QUANT]`) to pull first.
+        model: String,
         /// Pretty-print the JSON.
         #[arg(long)]
         pretty: bool,
@@ -28,7 +29,8 @@ enum Cmd {
     },
     /// Run one tool-calling chat completion and print it.
     Chat {
-        model: PathBuf,
+        /// A GGUF file, or a Hugging Face repo id (`org/name[:QUANT]`) to pull first.
+        model: String,
         /// The user's message.
         prompt: String,
         /// A JSON file with the OpenAI `tools` array.
@@ -60,6 +62,8 @@ enum Cmd {
     },
     /// Print llb's version and the pinned llama.cpp.
     Version,
+    /// Download a GGUF from Hugging Face: sha256-verified, resumable, tool-capable (as llb_model_pull).
+    Pull(llb::pull::cli::PullArgs),
     /// Write a test model: a real tokenizer, a chosen template, random weights.
     Fixture {
         /// Vocabulary name (models/ggml-vocab-NAME.gguf of the pinned tree) or a GGUF path.
@@ -119,6 +123,7 @@ fn main() -> ExitCode {
         Cmd::Version => finish(Ok(llb::version()), false),
         Cmd::Chat { model, prompt, tools, tool_choice, stream, no_parallel, max_tokens, temperature, seed, system, n_ctx, pretty } => {
             let run = || -> Result<Value, Error> {
+                let model = llb::pull::cli::model_path_or_pull(&model)?;
                 let tools: Option<Value> = match tools {
                     Some(p) => {
                         let text = std::fs::read_to_string(&p)
@@ -172,8 +177,9 @@ fn main() -> ExitCode {
             };
             finish(run(), pretty)
         }
+        Cmd::Pull(args) => llb::pull::cli::run(&args),
         Cmd::Info { model, pretty, brief } => {
-            let mut r = llb::model_info::model_info(&model);
+            let mut r = llb::pull::cli::model_path_or_pull(&model).and_then(|p| llb::model_info::model_info(&p));
             if let (true, Ok(Value::Object(m))) = (brief, &mut r) {
                 m.remove("chat_template");
             }

@@ -47,16 +47,26 @@ pub fn loaded_count() -> usize {
     m.len()
 }
 
+/// The registry key and the path given to llama.cpp: the folder resolved, the file name kept. A
+/// Hugging Face snapshot entry is a symlink to a blob named by its sha256, and llama.cpp finds a
+/// split model's other shards by the first shard's file name, so the link itself is not resolved.
+fn model_key(path: &Path) -> PathBuf {
+    std::path::absolute(path)
+        .ok()
+        .and_then(|a| Some(std::fs::canonicalize(a.parent()?).ok()?.join(a.file_name()?)))
+        .unwrap_or_else(|| path.to_path_buf())
+}
+
 /// How many engines hold the model loaded from `path` (0 when it is not loaded).
 pub fn holders(path: &Path) -> usize {
-    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let key = model_key(path);
     let m = MODELS.lock().unwrap_or_else(|e| e.into_inner());
     m.get(&key).map_or(0, Weak::strong_count)
 }
 
 /// Returns the loaded model for `path`, loading it if no engine holds it.
 pub fn acquire(path: &Path) -> Result<Arc<Model>> {
-    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let key = model_key(path);
     // The lock is held across the load so that two engines opened at once load the file once.
     let mut models = MODELS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(m) = models.get(&key).and_then(Weak::upgrade) {
