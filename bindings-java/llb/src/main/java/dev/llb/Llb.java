@@ -2,6 +2,7 @@ package dev.llb;
 
 import java.nio.file.Path;
 import java.util.Objects;
+import java.util.function.Consumer;
 
 /**
  * Entry point of llb's Java binding: library-wide queries. Chat goes through {@link ChatEngine}.
@@ -28,5 +29,40 @@ public final class Llb {
     public static ModelInfo modelInfo(Path gguf) {
         Objects.requireNonNull(gguf, "gguf");
         return ModelInfo.parse(Json.orThrow(Native.modelInfo(gguf.toString())));
+    }
+
+    /**
+     * Pulls a GGUF from the Hugging Face hub (as {@code llb_model_pull}): picks the file, downloads
+     * it sha256-verified and resumable into the model cache, and checks it with the same tool gate
+     * as {@link ChatEngine#open}. {@code requestJson}:
+     * {@code {"repo":"org/name","revision":"main","quant":"Q4_K_M","filename":null,"cache_dir":null,
+     * "token":null,"offline":false}}.
+     *
+     * <p>{@code onEvent} (may be null) receives {@code pull_resolved}, {@code pull_progress} and
+     * {@code pull_warning} events as JSON, on the calling thread. Cancelling {@code token} (may be
+     * null) stops the download; the partial file stays resumable. Blocks for the whole download;
+     * may be called from any thread.
+     *
+     * @return the {@code pull_result} JSON ({@code path} is the file to open)
+     * @throws ToolsUnsupportedException when the downloaded model cannot do tool calling (it is
+     *     quarantined in the cache)
+     * @throws LlbException {@code auth_required}, {@code repo_not_found}, {@code quant_not_found},
+     *     {@code checksum_mismatch}, {@code network}, {@code cancelled}, ... (docs/pull.md)
+     */
+    public static String pull(String requestJson, Consumer<String> onEvent, CancellationToken token) {
+        Objects.requireNonNull(requestJson, "requestJson");
+        PullEvents events = new PullEvents(onEvent, token);
+        String result = Native.modelPull(requestJson, events);
+        Throwable failed = events.failure();
+        if (failed != null) {
+            if (failed instanceof RuntimeException r) {
+                throw r;
+            }
+            if (failed instanceof Error e) {
+                throw e;
+            }
+            throw new LlbException("cancelled", "the pull event consumer failed: " + failed);
+        }
+        return Json.orThrow(result);
     }
 }

@@ -45,15 +45,20 @@ final class Native {
     private static final MethodHandle CHAT_INFER = downcall("llb_chat_infer", FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS));
     // void llb_chat_destroy(llb_chat *chat);
     private static final MethodHandle CHAT_DESTROY = downcall("llb_chat_destroy", FunctionDescriptor.ofVoid(ADDRESS));
+    // char *llb_model_pull(const char *request_json, llb_event_fn on_event, void *user_data);
+    private static final MethodHandle MODEL_PULL =
+            downcall("llb_model_pull", FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS, ADDRESS));
 
     // typedef int32_t (*llb_event_fn)(const char *event_json, void *user_data);
     private static final FunctionDescriptor EVENT_FN = FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS);
     private static final MethodHandle ON_EVENT;
+    private static final MethodHandle ON_PULL_EVENT;
 
     static {
         try {
-            ON_EVENT = MethodHandles.lookup().findVirtual(EventDispatcher.class, "onEvent",
-                    MethodType.methodType(int.class, MemorySegment.class, MemorySegment.class));
+            MethodType eventType = MethodType.methodType(int.class, MemorySegment.class, MemorySegment.class);
+            ON_EVENT = MethodHandles.lookup().findVirtual(EventDispatcher.class, "onEvent", eventType);
+            ON_PULL_EVENT = MethodHandles.lookup().findVirtual(PullEvents.class, "onEvent", eventType);
         } catch (ReflectiveOperationException e) {
             throw new ExceptionInInitializerError(e);
         }
@@ -107,6 +112,16 @@ final class Native {
     static void chatDestroy(MemorySegment chat) {
         try {
             CHAT_DESTROY.invokeExact(chat);
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
+    /** Runs a pull; events go to {@code events}. The upcall stub lives only for this call. */
+    static String modelPull(String requestJson, PullEvents events) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment stub = LINKER.upcallStub(ON_PULL_EVENT.bindTo(events), EVENT_FN, arena);
+            return take((MemorySegment) MODEL_PULL.invokeExact(arena.allocateFrom(requestJson), stub, MemorySegment.NULL));
         } catch (Throwable t) {
             throw unexpected(t);
         }
