@@ -121,9 +121,7 @@ fn fetch_pinned(dest: &Path, out: &Path, pin: &BTreeMap<String, String>) {
 }
 
 fn which(tool: &str) -> Option<PathBuf> {
-    env::var_os("PATH").and_then(|paths| {
-        env::split_paths(&paths).map(|p| p.join(tool)).find(|p| p.is_file())
-    })
+    env::var_os("PATH").and_then(|paths| env::split_paths(&paths).map(|p| p.join(tool)).find(|p| p.is_file()))
 }
 
 /// FNV-1a: enough to key a build directory by its inputs, without another dependency.
@@ -213,11 +211,8 @@ fn link_llama(build: &Path) {
 fn templates_struct_tokens(text: &str) -> Option<String> {
     let start = text.find("struct common_chat_templates {")?;
     let end = start + text[start..].find("};")? + 2;
-    let body: String = text[start..end]
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let body: String =
+        text[start..end].lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join(" ");
     Some(body.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
@@ -246,9 +241,11 @@ fn build_shim(manifest: &Path, src: &Path) {
         .flag_if_supported("-Wall")
         .flag_if_supported("-Wextra")
         // llama.cpp's headers are not ours to warn about.
-        .flags(["include", "common", "ggml/include", "vendor"].iter().flat_map(|d| {
-            ["-isystem".to_string(), src.join(d).display().to_string()]
-        }))
+        .flags(
+            ["include", "common", "ggml/include", "vendor"]
+                .iter()
+                .flat_map(|d| ["-isystem".to_string(), src.join(d).display().to_string()]),
+        )
         .compile("llb_shim");
 }
 
@@ -276,11 +273,8 @@ fn generate_header(manifest: &Path, out: &Path) {
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-changed=src");
     let config = cbindgen::Config::from_file(manifest.join("cbindgen.toml")).expect("reading cbindgen.toml");
-    let generated = cbindgen::Builder::new()
-        .with_crate(manifest)
-        .with_config(config)
-        .generate()
-        .expect("cbindgen failed");
+    let generated =
+        cbindgen::Builder::new().with_crate(manifest).with_config(config).generate().expect("cbindgen failed");
     generated.write_to_file(out.join("llb.h"));
     if env::var("LLB_BLESS_HEADER").map(|v| v == "1").unwrap_or(false) {
         generated.write_to_file(manifest.join("include/llb.h"));

@@ -86,7 +86,10 @@ fn plain_greedy(path: &Path, n_ctx: u32, n_prompt: usize, n_gen: usize) -> f64 {
 }
 
 fn tools() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/weather-tools.json")).unwrap()).unwrap()
+    serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/weather-tools.json")).unwrap(),
+    )
+    .unwrap()
 }
 
 fn main() {
@@ -121,7 +124,10 @@ fn main() {
         let (l, p) = (median(llb_rates), median(plain_rates));
         let ratio = l / p;
         met.push(("decode tokens/s, llb / plain llama.h loop", ratio, ">= 0.97", ratio >= 0.97));
-        println!("(a) decode ({}): llb {l:.1} tok/s, plain greedy loop {p:.1} tok/s -> {ratio:.3}", mid.file_name().unwrap().to_string_lossy());
+        println!(
+            "(a) decode ({}): llb {l:.1} tok/s, plain greedy loop {p:.1} tok/s -> {ratio:.3}",
+            mid.file_name().unwrap().to_string_lossy()
+        );
         let _ = n_prompt;
     }
 
@@ -149,7 +155,8 @@ fn main() {
         let mut n_tokens = 0;
         for _ in 0..3 {
             for (stream, out) in [(false, &mut plain), (true, &mut streamed)] {
-                e.infer(&json!({"messages": [{"role": "user", "content": "reset"}], "max_tokens": 1}).to_string()).unwrap();
+                e.infer(&json!({"messages": [{"role": "user", "content": "reset"}], "max_tokens": 1}).to_string())
+                    .unwrap();
                 let t = Instant::now();
                 let r = e.infer(&req(stream).to_string()).unwrap();
                 out.push(t.elapsed().as_secs_f64());
@@ -168,20 +175,26 @@ fn main() {
     // (c) turn 2 on a ~2k-token history, with reuse vs cold.
     {
         let history = "The harbour log records ships, tides and weather for every day of the season. ".repeat(125);
-        let mut messages = vec![json!({"role": "system", "content": "You are a harbour assistant."}), json!({"role": "user", "content": history})];
+        let mut messages = vec![
+            json!({"role": "system", "content": "You are a harbour assistant."}),
+            json!({"role": "user", "content": history}),
+        ];
         let warm = engine(&llama, 4096, None);
         let r1 = warm
             .infer(&json!({"messages": messages, "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 64, "seed": 3}).to_string())
             .unwrap();
         let m1 = r1["choices"][0]["message"].clone();
         messages.push(m1.clone());
-        messages.push(json!({"role": "tool", "tool_call_id": m1["tool_calls"][0]["id"], "content": "{\"forecast\": \"calm\"}"}));
+        messages.push(
+            json!({"role": "tool", "tool_call_id": m1["tool_calls"][0]["id"], "content": "{\"forecast\": \"calm\"}"}),
+        );
         let turn2 = json!({"messages": messages, "tools": tools(), "max_tokens": 1});
         let r_warm = warm.infer(&turn2.to_string()).unwrap();
         drop(warm);
         let cold = engine(&llama, 4096, None);
         let r_cold = cold.infer(&turn2.to_string()).unwrap();
-        let (w, c) = (r_warm["timings"]["prompt_ms"].as_f64().unwrap(), r_cold["timings"]["prompt_ms"].as_f64().unwrap());
+        let (w, c) =
+            (r_warm["timings"]["prompt_ms"].as_f64().unwrap(), r_cold["timings"]["prompt_ms"].as_f64().unwrap());
         let ratio = w / c;
         met.push(("turn-2 prompt time, reuse / cold", ratio, "<= 0.2", ratio <= 0.2));
         println!(

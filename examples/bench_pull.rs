@@ -85,7 +85,12 @@ fn main() {
         settle();
         let c0 = cpu();
         let t = Instant::now();
-        let st = Command::new("curl").args(["-sS", "-f", "-L", "-o"]).arg(&curl_out).arg(&url).status().expect("curl is installed");
+        let st = Command::new("curl")
+            .args(["-sS", "-f", "-L", "-o"])
+            .arg(&curl_out)
+            .arg(&url)
+            .status()
+            .expect("curl is installed");
         let wall = t.elapsed().as_secs_f64();
         let c1 = cpu();
         assert!(st.success(), "curl failed: {st}");
@@ -105,7 +110,8 @@ fn main() {
         settle();
         let c0 = cpu();
         let t = Instant::now();
-        let v = llb::pull::pull_with_env(&req, &Env::default(), &|_| true).unwrap_or_else(|e| panic!("pull failed: {e}"));
+        let v =
+            llb::pull::pull_with_env(&req, &Env::default(), &|_| true).unwrap_or_else(|e| panic!("pull failed: {e}"));
         let wall = t.elapsed().as_secs_f64();
         let c1 = cpu();
         assert_eq!(v["sha256"][0], sha.as_str());
@@ -157,13 +163,24 @@ fn main() {
     let mbs = |s: f64| size as f64 / s / 1e6;
     let ratio = mbs(pm) / mbs(cm);
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    println!("llb pull benchmark: {:.2} GB fixture from the loopback mock hub, median of {reps} runs each, {cpus} CPUs", size as f64 / 1e9);
+    println!(
+        "llb pull benchmark: {:.2} GB fixture from the loopback mock hub, median of {reps} runs each, {cpus} CPUs",
+        size as f64 / 1e9
+    );
     println!("  curl -L -o FILE (no hashing)        : {:>6.0} MB/s  ({cm:.3} s, {curl_cpu:.2} CPU-s)", mbs(cm));
     println!("  llb pull (sha256, cache, tool gate) : {:>6.0} MB/s  ({pm:.3} s, {pull_cpu:.2} CPU-s)", mbs(pm));
-    println!("  ratio pull/curl                     : {ratio:.2}x  (goal >= 0.90x: {})", if ratio >= 0.9 { "met" } else { "NOT met" });
+    println!(
+        "  ratio pull/curl                     : {ratio:.2}x  (goal >= 0.90x: {})",
+        if ratio >= 0.9 { "met" } else { "NOT met" }
+    );
     let best = |v: &[Run]| v.iter().map(|r| r.wall).fold(f64::INFINITY, f64::min);
     let (cb, pb) = (best(&c), best(&p));
-    println!("  best of {reps} (noise only adds time)  : curl {:.0} MB/s, pull {:.0} MB/s, ratio {:.2}x", mbs(cb), mbs(pb), mbs(pb) / mbs(cb));
+    println!(
+        "  best of {reps} (noise only adds time)  : curl {:.0} MB/s, pull {:.0} MB/s, ratio {:.2}x",
+        mbs(cb),
+        mbs(pb),
+        mbs(pb) / mbs(cb)
+    );
     println!("  pull fixed costs (a cache hit)      : {:>6.0} ms (listing, pre-filter, tool gate)", fixed * 1e3);
     println!("  mock server per download            : {server_cpu:.2} CPU-s");
     println!("  sha256 alone, one core              : {sha_mbs:>6.0} MB/s");

@@ -38,9 +38,7 @@ fn rule_name(s: &str) -> String {
 
 /// Splits `name ::= body` lines.
 fn parse_rules(g: &str) -> Vec<(String, String)> {
-    g.lines()
-        .filter_map(|l| l.split_once(" ::= ").map(|(n, b)| (n.trim().to_string(), b.to_string())))
-        .collect()
+    g.lines().filter_map(|l| l.split_once(" ::= ").map(|(n, b)| (n.trim().to_string(), b.to_string()))).collect()
 }
 
 /// Byte ranges of top-level tokens of a rule body: literals, classes, groups and names.
@@ -201,7 +199,8 @@ pub fn constrain_section(grammar: &str, tools: &[Tool]) -> String {
     rules.extend(extra);
     // A call's envelope (`tool-<fn>`) holds no argument text: its free strings (an optional
     // model-written call id, say) are bounded too. llb issues its own call ids.
-    let envelopes: std::collections::HashSet<String> = tools.iter().map(|t| format!("tool-{}", rule_name(&t.function.name))).collect();
+    let envelopes: std::collections::HashSet<String> =
+        tools.iter().map(|t| format!("tool-{}", rule_name(&t.function.name))).collect();
     for (n, b) in rules.iter_mut() {
         if n == "space" {
             *b = r#""""#.to_string();
@@ -267,7 +266,8 @@ impl Gemma4 {
         let mut req_items = Vec::new();
         let mut opt_items = Vec::new();
         for (k, v) in &props {
-            let item = format!("{} {}", gbnf_literal(&format!("{k}:")), self.value(v, &format!("{path}-{}", rule_name(k))));
+            let item =
+                format!("{} {}", gbnf_literal(&format!("{k}:")), self.value(v, &format!("{path}-{}", rule_name(k))));
             if required.contains(k) {
                 req_items.push(item);
             } else {

@@ -80,8 +80,10 @@ fn unix_time() -> u64 {
 pub fn random_id(prefix: &str, len: usize) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static STATE: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-    let mut x = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed) ^ nanos ^ ((std::process::id() as u64) << 40) | 1;
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let mut x =
+        STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed) ^ nanos ^ ((std::process::id() as u64) << 40) | 1;
     const ALPHA: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     let mut s = String::from(prefix);
     for _ in 0..len {
@@ -97,18 +99,39 @@ pub fn random_id(prefix: &str, len: usize) -> String {
 ///
 /// # Safety
 /// `vocab` must be a valid llama vocabulary for the duration of the call.
-pub unsafe fn tokenize(vocab: *const sys::llama_vocab, text: &str, parse_special: bool) -> Result<Vec<sys::llama_token>> {
-    let len = i32::try_from(text.len()).map_err(|_| Error::new(ErrorCode::ContextOverflow, "prompt larger than 2 GB"))?;
+pub unsafe fn tokenize(
+    vocab: *const sys::llama_vocab,
+    text: &str,
+    parse_special: bool,
+) -> Result<Vec<sys::llama_token>> {
+    let len =
+        i32::try_from(text.len()).map_err(|_| Error::new(ErrorCode::ContextOverflow, "prompt larger than 2 GB"))?;
     let mut buf = vec![0 as sys::llama_token; text.len() + 4];
     // SAFETY: buf has the declared capacity; text is valid for len bytes.
     let mut n = unsafe {
-        sys::llama_tokenize(vocab, text.as_ptr() as *const _, len, buf.as_mut_ptr(), buf.len() as i32, false, parse_special)
+        sys::llama_tokenize(
+            vocab,
+            text.as_ptr() as *const _,
+            len,
+            buf.as_mut_ptr(),
+            buf.len() as i32,
+            false,
+            parse_special,
+        )
     };
     if n < 0 {
         buf.resize((-n) as usize, 0);
         // SAFETY: as above, with the size llama.cpp asked for.
         n = unsafe {
-            sys::llama_tokenize(vocab, text.as_ptr() as *const _, len, buf.as_mut_ptr(), buf.len() as i32, false, parse_special)
+            sys::llama_tokenize(
+                vocab,
+                text.as_ptr() as *const _,
+                len,
+                buf.as_mut_ptr(),
+                buf.len() as i32,
+                false,
+                parse_special,
+            )
         };
     }
     if n < 0 {
@@ -125,11 +148,14 @@ pub unsafe fn tokenize(vocab: *const sys::llama_vocab, text: &str, parse_special
 pub unsafe fn piece(vocab: *const sys::llama_vocab, token: sys::llama_token, special: bool) -> Vec<u8> {
     let mut buf = vec![0u8; 64];
     // SAFETY: buf has the declared capacity.
-    let mut n = unsafe { sys::llama_token_to_piece(vocab, token, buf.as_mut_ptr() as *mut _, buf.len() as i32, 0, special) };
+    let mut n =
+        unsafe { sys::llama_token_to_piece(vocab, token, buf.as_mut_ptr() as *mut _, buf.len() as i32, 0, special) };
     if n < 0 {
         buf.resize((-n) as usize, 0);
         // SAFETY: as above, with the size llama.cpp asked for.
-        n = unsafe { sys::llama_token_to_piece(vocab, token, buf.as_mut_ptr() as *mut _, buf.len() as i32, 0, special) };
+        n = unsafe {
+            sys::llama_token_to_piece(vocab, token, buf.as_mut_ptr() as *mut _, buf.len() as i32, 0, special)
+        };
     }
     buf.truncate(n.max(0) as usize);
     buf
@@ -144,7 +170,15 @@ fn complete_utf8_len(bytes: &[u8]) -> usize {
         if b & 0xC0 == 0x80 {
             continue; // continuation byte: look further back
         }
-        let need = if b >= 0xF0 { 4 } else if b >= 0xE0 { 3 } else if b >= 0xC0 { 2 } else { 1 };
+        let need = if b >= 0xF0 {
+            4
+        } else if b >= 0xE0 {
+            3
+        } else if b >= 0xC0 {
+            2
+        } else {
+            1
+        };
         return if need > back { n - back } else { n };
     }
     n
@@ -281,7 +315,14 @@ impl Engine {
         kw
     }
 
-    fn apply_inputs(&self, req: &ChatRequest, messages: &Value, tools: Option<Value>, mode: &str, add_gen: bool) -> Value {
+    fn apply_inputs(
+        &self,
+        req: &ChatRequest,
+        messages: &Value,
+        tools: Option<Value>,
+        mode: &str,
+        add_gen: bool,
+    ) -> Value {
         let kw = self.kwargs(req);
         let enable_thinking = kw.get("enable_thinking").and_then(Value::as_bool).unwrap_or(true);
         json!({
@@ -310,16 +351,27 @@ impl Engine {
 
     /// Applies the template; a template that rejects an OpenAI-legal sequence gets the messages
     /// adapted (system merged into the first user message, same-role runs merged) and a retry.
-    fn apply(&self, req: &ChatRequest, messages: &[request::Message], tools: Option<Value>, mode: &str, add_gen: bool) -> Result<ChatParams> {
+    fn apply(
+        &self,
+        req: &ChatRequest,
+        messages: &[request::Message],
+        tools: Option<Value>,
+        mode: &str,
+        add_gen: bool,
+    ) -> Result<ChatParams> {
         let msgs = serde_json::to_value(messages).map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
         match self.templates.apply(&self.apply_inputs(req, &msgs, tools.clone(), mode, add_gen)) {
             Ok(p) => Ok(p),
             Err(e) if e.code == ErrorCode::TemplateError => {
-                let adapted = adapt_messages(messages, self.probe.caps.get("supports_system_role").and_then(Value::as_bool).unwrap_or(true));
+                let adapted = adapt_messages(
+                    messages,
+                    self.probe.caps.get("supports_system_role").and_then(Value::as_bool).unwrap_or(true),
+                );
                 if adapted.as_slice() == messages {
                     return Err(e);
                 }
-                let msgs = serde_json::to_value(&adapted).map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
+                let msgs =
+                    serde_json::to_value(&adapted).map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
                 self.templates.apply(&self.apply_inputs(req, &msgs, tools, mode, add_gen)).map_err(|_| e)
             }
             Err(e) => Err(e),
@@ -345,7 +397,9 @@ impl Engine {
                 // only the constraint and the parser.
                 let all = self.apply(req, &req.messages, tools_json.clone(), "required", true)?;
                 let typed: Vec<request::Tool> = match &choice {
-                    Choice::Named(name) => tools_all.unwrap().iter().filter(|t| &t.function.name == name).cloned().collect(),
+                    Choice::Named(name) => {
+                        tools_all.unwrap().iter().filter(|t| &t.function.name == name).cloned().collect()
+                    }
                     _ => tools_all.unwrap().clone(),
                 };
                 let section_tools = serde_json::to_value(&typed).unwrap_or(Value::Null);
@@ -355,13 +409,20 @@ impl Engine {
                     all.clone()
                 };
                 let section = crate::shim::tool_section_grammar(&p.parser, &section_tools)?;
-                let section = if section.is_empty() { section } else { crate::constrain::constrain_section(&section, &typed) };
+                let section =
+                    if section.is_empty() { section } else { crate::constrain::constrain_section(&section, &typed) };
                 let (grammar, prefill) = if section.is_empty() {
                     self.grammar_of(&p)?
                 } else {
                     strict = true;
                     let single = !self.parallel(req);
-                    (Some(GrammarSpec { gbnf: strict_grammar(&section, &p, thinking, single), ..Default::default() }), None)
+                    (
+                        Some(GrammarSpec {
+                            gbnf: strict_grammar(&section, &p, thinking, single),
+                            ..Default::default()
+                        }),
+                        None,
+                    )
                 };
                 (all.prompt.clone(), p, grammar, prefill)
             }
@@ -378,7 +439,17 @@ impl Engine {
             })
             .collect();
         let single_call = choice != Choice::None && !self.parallel(req);
-        Ok(Plan { prompt, parser, grammar, grammar_prefill: prefill, stops, preserved, parse_tool_calls: choice != Choice::None, single_call, strict })
+        Ok(Plan {
+            prompt,
+            parser,
+            grammar,
+            grammar_prefill: prefill,
+            stops,
+            preserved,
+            parse_tool_calls: choice != Choice::None,
+            single_call,
+            strict,
+        })
     }
 
     /// The grammar llama.cpp derived (lazy with triggers, or non-lazy starting with the generation
@@ -495,11 +566,15 @@ impl Engine {
                     Some(calls) if !last.tool_call_ids.is_empty() => {
                         calls.iter().map(|c| c.id.as_str()).eq(last.tool_call_ids.iter().map(String::as_str))
                     }
-                    None => last.tool_call_ids.is_empty() && m.content.as_ref().map(|c| c.text()) == Some(last.content.clone()),
+                    None => {
+                        last.tool_call_ids.is_empty()
+                            && m.content.as_ref().map(|c| c.text()) == Some(last.content.clone())
+                    }
                     _ => false,
                 }
         })?;
-        let tools = req.tools.as_ref().filter(|t| !t.is_empty()).map(|t| serde_json::to_value(t).unwrap_or(Value::Null));
+        let tools =
+            req.tools.as_ref().filter(|t| !t.is_empty()).map(|t| serde_json::to_value(t).unwrap_or(Value::Null));
         let mode = match req.choice() {
             Choice::None => "none",
             Choice::Auto => "auto",
@@ -597,7 +672,9 @@ impl Engine {
         // SAFETY: the vocab lives as long as the model, which outlives the sampler.
         let mut smpl = unsafe { Sampler::new(vocab, &sp, plan.grammar.as_ref()) }?;
         if let Some(pre) = &plan.grammar_prefill {
-            let toks = self.exact_tokens(pre).ok_or_else(|| Error::new(ErrorCode::Internal, "cannot spell the generation prompt in tokens"))?;
+            let toks = self
+                .exact_tokens(pre)
+                .ok_or_else(|| Error::new(ErrorCode::Internal, "cannot spell the generation prompt in tokens"))?;
             for t in toks {
                 smpl.accept_grammar(t)?;
             }
@@ -628,7 +705,11 @@ impl Engine {
         // SAFETY: vocab is valid.
         let end_of_turn = unsafe {
             let eot = sys::llama_vocab_eot(vocab);
-            if eot >= 0 { eot } else { sys::llama_vocab_eos(vocab) }
+            if eot >= 0 {
+                eot
+            } else {
+                sys::llama_vocab_eos(vocab)
+            }
         };
         loop {
             if cancelled {
@@ -662,7 +743,9 @@ impl Engine {
             gen_tokens.push(tok);
             if max_stop > 0 {
                 let from = before.saturating_sub(max_stop - 1);
-                if let Some(pos) = plan.stops.iter().filter_map(|s| find(&out[from..], s.as_bytes()).map(|p| from + p)).min() {
+                if let Some(pos) =
+                    plan.stops.iter().filter_map(|s| find(&out[from..], s.as_bytes()).map(|p| from + p)).min()
+                {
                     out.truncate(pos);
                     finish = Finish::Stop;
                     break;
@@ -725,8 +808,15 @@ impl Engine {
         // A call whose arguments are not a JSON object is a parse failure too: llama.cpp's
         // lenient parser returns one from a reply cut short.
         let parsed = plan.parser.parse(&text, partial).and_then(|m| {
-            match m.tool_calls.iter().find(|c| !serde_json::from_str::<Value>(&c.arguments).is_ok_and(|v| v.is_object())) {
-                Some(c) if !partial => Err(Error::new(ErrorCode::TemplateError, format!("the call to `{}` has incomplete arguments {:?}", c.name, c.arguments))),
+            match m
+                .tool_calls
+                .iter()
+                .find(|c| !serde_json::from_str::<Value>(&c.arguments).is_ok_and(|v| v.is_object()))
+            {
+                Some(c) if !partial => Err(Error::new(
+                    ErrorCode::TemplateError,
+                    format!("the call to `{}` has incomplete arguments {:?}", c.name, c.arguments),
+                )),
                 _ => Ok(m),
             }
         });
@@ -773,20 +863,22 @@ impl Engine {
         // Otherwise the previous one stays: splice() checks its tokens are still in the cache.
         if !eog_piece.is_empty() && !dropped_calls {
             inner.last = Some(LastTurn {
-            prompt: plan.prompt.clone(),
-            prompt_tokens: prompt.clone(),
-            gen_tokens: gen_tokens.clone(),
-            tool_call_ids: ids[..msg.tool_calls.len()].to_vec(),
-            content: msg.content.clone(),
-            eog_piece,
-        });
+                prompt: plan.prompt.clone(),
+                prompt_tokens: prompt.clone(),
+                gen_tokens: gen_tokens.clone(),
+                tool_call_ids: ids[..msg.tool_calls.len()].to_vec(),
+                content: msg.content.clone(),
+                eog_piece,
+            });
         }
 
         let tool_calls: Vec<Value> = msg
             .tool_calls
             .iter()
             .zip(&ids)
-            .map(|(c, id)| json!({"id": id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .map(
+                |(c, id)| json!({"id": id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}),
+            )
             .collect();
         let mut message = json!({
             "role": "assistant",
@@ -830,7 +922,15 @@ impl Engine {
 
     /// Sends what `msg` adds to what was already sent. A field that stopped extending what was
     /// sent (a parser's change of mind on partial text) waits for text that extends it again.
-    fn stream_diffs(&self, id: &str, created: u64, em: &mut Emitted, msg: &ParsedMsg, ids: &mut Vec<String>, last: bool) -> bool {
+    fn stream_diffs(
+        &self,
+        id: &str,
+        created: u64,
+        em: &mut Emitted,
+        msg: &ParsedMsg,
+        ids: &mut Vec<String>,
+        last: bool,
+    ) -> bool {
         let mut ok = true;
         if let Some(d) = msg.reasoning_content.strip_prefix(em.reasoning.as_str()).filter(|d| !d.is_empty()) {
             ok &= self.send_delta(id, created, json!({"reasoning_content": d}), None);
@@ -850,13 +950,23 @@ impl Engine {
                 if ids.len() <= i {
                     ids.push(random_id("call_", 24));
                 }
-                ok &= self.send_delta(id, created, json!({"tool_calls": [{
-                    "index": i, "id": ids[i], "type": "function", "function": {"name": c.name, "arguments": ""}}]}), None);
+                ok &= self.send_delta(
+                    id,
+                    created,
+                    json!({"tool_calls": [{
+                    "index": i, "id": ids[i], "type": "function", "function": {"name": c.name, "arguments": ""}}]}),
+                    None,
+                );
                 em.calls.push((ids[i].clone(), c.name.clone(), String::new()));
             }
             let sent = &mut em.calls[i].2;
             if let Some(d) = c.arguments.strip_prefix(sent.as_str()).filter(|d| !d.is_empty()) {
-                ok &= self.send_delta(id, created, json!({"tool_calls": [{"index": i, "function": {"arguments": d}}]}), None);
+                ok &= self.send_delta(
+                    id,
+                    created,
+                    json!({"tool_calls": [{"index": i, "function": {"arguments": d}}]}),
+                    None,
+                );
                 sent.push_str(d);
             }
         }
@@ -905,7 +1015,9 @@ fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bo
     // `tool-call` (not a section with its own markers), only `tool-call` may start the reply.
     let bare_repetition = section.lines().any(|l| {
         l.strip_prefix("tool-calls ::= ").is_some_and(|body| {
-            body.split(|c: char| c.is_whitespace() || "()+*?".contains(c)).filter(|t| !t.is_empty()).all(|t| t == "tool-call" || t == "space")
+            body.split(|c: char| c.is_whitespace() || "()+*?".contains(c))
+                .filter(|t| !t.is_empty())
+                .all(|t| t == "tool-call" || t == "space")
         })
     });
     let mut rules: Vec<String> = section
@@ -1033,7 +1145,15 @@ mod tests {
     use request::{Content, Message};
 
     fn msg(role: Role, t: &str) -> Message {
-        Message { role, content: Some(Content::Text(t.into())), name: None, tool_calls: None, tool_call_id: None, reasoning_content: None, refusal: None }
+        Message {
+            role,
+            content: Some(Content::Text(t.into())),
+            name: None,
+            tool_calls: None,
+            tool_call_id: None,
+            reasoning_content: None,
+            refusal: None,
+        }
     }
 
     fn roles(v: &[Message]) -> Vec<(Role, String)> {
@@ -1043,12 +1163,26 @@ mod tests {
     #[test]
     fn adaptation_merges_what_strict_templates_reject() {
         let a = adapt_messages(
-            &[msg(Role::System, "s1"), msg(Role::Developer, "s2"), msg(Role::User, "a"), msg(Role::User, "b"), msg(Role::System, "late"), msg(Role::Assistant, "x"), msg(Role::Assistant, "y"), msg(Role::User, "c")],
+            &[
+                msg(Role::System, "s1"),
+                msg(Role::Developer, "s2"),
+                msg(Role::User, "a"),
+                msg(Role::User, "b"),
+                msg(Role::System, "late"),
+                msg(Role::Assistant, "x"),
+                msg(Role::Assistant, "y"),
+                msg(Role::User, "c"),
+            ],
             true,
         );
         assert_eq!(
             roles(&a),
-            vec![(Role::System, "s1\n\ns2".into()), (Role::User, "a\n\nb".into()), (Role::Assistant, "x\n\ny".into()), (Role::User, "late\n\nc".into())]
+            vec![
+                (Role::System, "s1\n\ns2".into()),
+                (Role::User, "a\n\nb".into()),
+                (Role::Assistant, "x\n\ny".into()),
+                (Role::User, "late\n\nc".into())
+            ]
         );
         let b = adapt_messages(&[msg(Role::System, "s"), msg(Role::User, "a")], false);
         assert_eq!(roles(&b), vec![(Role::User, "s\n\na".into())]);

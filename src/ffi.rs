@@ -183,7 +183,11 @@ impl HostCallback {
 /// `config_json` is NULL or a NUL-terminated string valid for the call; `on_event`, when not
 /// NULL, is callable with `user_data` until the engine is destroyed.
 #[no_mangle]
-pub unsafe extern "C" fn llb_chat_create(config_json: *const c_char, on_event: llb_event_fn, user_data: *mut c_void) -> *mut llb_chat {
+pub unsafe extern "C" fn llb_chat_create(
+    config_json: *const c_char,
+    on_event: llb_event_fn,
+    user_data: *mut c_void,
+) -> *mut llb_chat {
     let cb = on_event.map(|f| std::sync::Arc::new(HostCallback { f, user_data }));
     let fail = |e: &Error| {
         if let Some(cb) = &cb {
@@ -203,7 +207,8 @@ pub unsafe extern "C" fn llb_chat_create(config_json: *const c_char, on_event: l
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
-            let sink: Option<crate::engine::EventSink> = cb.clone().map(|cb| Box::new(move |v: &Value| cb.call(v)) as crate::engine::EventSink);
+            let sink: Option<crate::engine::EventSink> =
+                cb.clone().map(|cb| Box::new(move |v: &Value| cb.call(v)) as crate::engine::EventSink);
             match crate::engine::Engine::create(config, sink) {
                 Ok(engine) => Box::into_raw(Box::new(llb_chat { engine })),
                 Err(e) => fail(&e),
@@ -310,7 +315,11 @@ pub unsafe extern "C" fn llb_chat_destroy(chat: *mut llb_chat) {
 /// `request_json` is NULL or a NUL-terminated string valid for the call; `on_event`, when not
 /// NULL, is callable with `user_data` for the duration of the call.
 #[no_mangle]
-pub unsafe extern "C" fn llb_model_pull(request_json: *const c_char, on_event: llb_event_fn, user_data: *mut c_void) -> *mut c_char {
+pub unsafe extern "C" fn llb_model_pull(
+    request_json: *const c_char,
+    on_event: llb_event_fn,
+    user_data: *mut c_void,
+) -> *mut c_char {
     let cb = on_event.map(|f| HostCallback { f, user_data });
     guard(internal_c, || {
         // SAFETY: forwarded caller contract.

@@ -22,11 +22,15 @@ impl std::str::FromStr for Size {
         if s == "tiny" {
             return Ok(Size::Tiny);
         }
-        let gb = s
-            .strip_suffix('g')
-            .and_then(|n| n.parse::<f64>().ok())
-            .filter(|g| *g > 0.0 && *g <= 64.0)
-            .ok_or_else(|| Error::new(ErrorCode::InvalidArgument, format!("size must be `tiny` or `<N>g` (e.g. 1g, 1.5g), not `{s}`")))?;
+        let gb =
+            s.strip_suffix('g').and_then(|n| n.parse::<f64>().ok()).filter(|g| *g > 0.0 && *g <= 64.0).ok_or_else(
+                || {
+                    Error::new(
+                        ErrorCode::InvalidArgument,
+                        format!("size must be `tiny` or `<N>g` (e.g. 1g, 1.5g), not `{s}`"),
+                    )
+                },
+            )?;
         Ok(Size::AtLeast((gb * 1e9) as u64))
     }
 }
@@ -47,7 +51,14 @@ pub struct FixtureOptions {
 
 impl FixtureOptions {
     pub fn new(vocab: &str) -> Self {
-        FixtureOptions { vocab: vocab.to_string(), template: None, tool_use_template: None, vocab_only: false, size: Size::Tiny, seed: 42 }
+        FixtureOptions {
+            vocab: vocab.to_string(),
+            template: None,
+            tool_use_template: None,
+            vocab_only: false,
+            size: Size::Tiny,
+            seed: 42,
+        }
     }
 }
 
@@ -89,7 +100,8 @@ struct Shape {
 
 fn layer_tensors(i: u64, s: &Shape, ty: TensorType) -> Vec<TensorSpec> {
     let kv = s.n_embd / s.n_head * s.n_head_kv;
-    let t = |name: &str, dims: Vec<u64>, ty, fill| TensorSpec { name: format!("blk.{i}.{name}.weight"), dims, ty, fill };
+    let t =
+        |name: &str, dims: Vec<u64>, ty, fill| TensorSpec { name: format!("blk.{i}.{name}.weight"), dims, ty, fill };
     vec![
         t("attn_norm", vec![s.n_embd], TensorType::F32, Fill::Const(1.0)),
         t("attn_q", vec![s.n_embd, s.n_embd], ty, Fill::Random),
@@ -107,7 +119,8 @@ fn shape(size: Size, n_vocab: u64) -> Shape {
     match size {
         Size::Tiny => Shape { n_embd: 64, n_head: 4, n_head_kv: 2, n_ff: 128, n_layer: 2, embd_type: TensorType::Q8_0 },
         Size::AtLeast(bytes) => {
-            let mut s = Shape { n_embd: 2048, n_head: 16, n_head_kv: 8, n_ff: 5632, n_layer: 1, embd_type: TensorType::F16 };
+            let mut s =
+                Shape { n_embd: 2048, n_head: 16, n_head_kv: 8, n_ff: 5632, n_layer: 1, embd_type: TensorType::F16 };
             let embd = TensorType::F16.bytes(s.n_embd * n_vocab);
             let layer: u64 = layer_tensors(0, &s, TensorType::F16).iter().map(TensorSpec::n_bytes).sum();
             s.n_layer = (bytes.saturating_sub(embd)).div_ceil(layer).max(1);
@@ -123,12 +136,10 @@ pub fn write_fixture(opts: &FixtureOptions, out: &Path) -> Result<u64> {
         let code = if e.kind() == std::io::ErrorKind::NotFound { ErrorCode::FileNotFound } else { ErrorCode::NotAGguf };
         Error::new(code, format!("vocabulary {}: {e}", vpath.display()))
     })?;
-    let n_vocab = meta
-        .iter()
-        .find(|(k, _)| k == "tokenizer.ggml.tokens")
-        .and_then(|(_, v)| v.array_len())
-        .ok_or_else(|| Error::new(ErrorCode::InvalidArgument, format!("{} has no tokenizer.ggml.tokens", vpath.display())))?
-        as u64;
+    let n_vocab =
+        meta.iter().find(|(k, _)| k == "tokenizer.ggml.tokens").and_then(|(_, v)| v.array_len()).ok_or_else(|| {
+            Error::new(ErrorCode::InvalidArgument, format!("{} has no tokenizer.ggml.tokens", vpath.display()))
+        })? as u64;
 
     let s = shape(opts.size, n_vocab);
     let vocab_name = vpath.file_stem().map(|f| f.to_string_lossy().replace("ggml-vocab-", "")).unwrap_or_default();
@@ -149,7 +160,9 @@ pub fn write_fixture(opts: &FixtureOptions, out: &Path) -> Result<u64> {
         ("llama.vocab_size".into(), GgufValue::u32(n_vocab as u32)),
     ];
     // The tokenizer, minus any template the vocabulary file carries: templates are set on purpose.
-    kvs.extend(meta.into_iter().filter(|(k, _)| k.starts_with("tokenizer.") && !k.starts_with("tokenizer.chat_template")));
+    kvs.extend(
+        meta.into_iter().filter(|(k, _)| k.starts_with("tokenizer.") && !k.starts_with("tokenizer.chat_template")),
+    );
     if let Some(t) = &opts.template {
         kvs.push(("tokenizer.chat_template".into(), GgufValue::str(t)));
     }
@@ -159,14 +172,25 @@ pub fn write_fixture(opts: &FixtureOptions, out: &Path) -> Result<u64> {
 
     let mut tensors = Vec::new();
     if !opts.vocab_only {
-        tensors.push(TensorSpec { name: "token_embd.weight".into(), dims: vec![s.n_embd, n_vocab], ty: s.embd_type, fill: Fill::Random });
-        tensors.push(TensorSpec { name: "output_norm.weight".into(), dims: vec![s.n_embd], ty: TensorType::F32, fill: Fill::Const(1.0) });
+        tensors.push(TensorSpec {
+            name: "token_embd.weight".into(),
+            dims: vec![s.n_embd, n_vocab],
+            ty: s.embd_type,
+            fill: Fill::Random,
+        });
+        tensors.push(TensorSpec {
+            name: "output_norm.weight".into(),
+            dims: vec![s.n_embd],
+            ty: TensorType::F32,
+            fill: Fill::Const(1.0),
+        });
         for i in 0..s.n_layer {
             tensors.extend(layer_tensors(i, &s, TensorType::F16));
         }
     }
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| Error::new(ErrorCode::IoError, format!("creating {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::new(ErrorCode::IoError, format!("creating {}: {e}", dir.display())))?;
     }
     gguf::write(out, &kvs, &tensors, opts.seed)
         .map_err(|e| Error::new(ErrorCode::IoError, format!("writing {}: {e}", out.display())))?;

@@ -547,7 +547,10 @@ fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
         if offset % alignment != 0 {
             return invalid("tensor offset is not aligned");
         }
-        let elems = ne.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).ok_or_else(|| Need::Bad("tensor size overflows".into()))?;
+        let elems = ne
+            .iter()
+            .try_fold(1u64, |a, d| a.checked_mul(*d))
+            .ok_or_else(|| Need::Bad("tensor size overflows".into()))?;
         let bytes = (elems / blck).checked_mul(tsize).ok_or_else(|| Need::Bad("tensor size overflows".into()))?;
         n_params = n_params.saturating_add(elems);
         let end = offset.checked_add(bytes).ok_or_else(|| Need::Bad("tensor offset overflows".into()))?;
@@ -676,9 +679,9 @@ fn token_piece(raw: &[u8], token_type: i32, model: &str) -> String {
     match token_type {
         NORMAL if model == "gpt2" => byte_level_decode(&text),
         NORMAL => text.replace('\u{2581}', " "),
-        BYTE if raw.len() == 6 && raw.starts_with(b"<0x") => {
-            u8::from_str_radix(&text[3..5], 16).map(|b| String::from_utf8_lossy(&[b]).into_owned()).unwrap_or_else(|_| text.into_owned())
-        }
+        BYTE if raw.len() == 6 && raw.starts_with(b"<0x") => u8::from_str_radix(&text[3..5], 16)
+            .map(|b| String::from_utf8_lossy(&[b]).into_owned())
+            .unwrap_or_else(|_| text.into_owned()),
         _ => text.into_owned(),
     }
 }

@@ -121,14 +121,30 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Version => finish(Ok(llb::version()), false),
-        Cmd::Chat { model, prompt, tools, tool_choice, stream, no_parallel, max_tokens, temperature, seed, system, n_ctx, pretty } => {
+        Cmd::Chat {
+            model,
+            prompt,
+            tools,
+            tool_choice,
+            stream,
+            no_parallel,
+            max_tokens,
+            temperature,
+            seed,
+            system,
+            n_ctx,
+            pretty,
+        } => {
             let run = || -> Result<Value, Error> {
                 let model = llb::pull::cli::model_path_or_pull(&model)?;
                 let tools: Option<Value> = match tools {
                     Some(p) => {
                         let text = std::fs::read_to_string(&p)
                             .map_err(|e| Error::new(ErrorCode::FileNotFound, format!("{}: {e}", p.display())))?;
-                        Some(serde_json::from_str(&text).map_err(|e| Error::new(ErrorCode::InvalidJson, format!("{}: {e}", p.display())))?)
+                        Some(
+                            serde_json::from_str(&text)
+                                .map_err(|e| Error::new(ErrorCode::InvalidJson, format!("{}: {e}", p.display())))?,
+                        )
                     }
                     None => None,
                 };
@@ -185,7 +201,17 @@ fn main() -> ExitCode {
             }
             finish(r, pretty)
         }
-        Cmd::Fixture { vocab, template, template_text, no_template, tool_use_template, vocab_only, size, seed, out } => {
+        Cmd::Fixture {
+            vocab,
+            template,
+            template_text,
+            no_template,
+            tool_use_template,
+            vocab_only,
+            size,
+            seed,
+            out,
+        } => {
             let run = || -> Result<Value, Error> {
                 if template.is_none() && template_text.is_none() && !no_template {
                     return Err(Error::new(

@@ -73,14 +73,18 @@ pub fn acquire(path: &Path) -> Result<Arc<Model>> {
         return Ok(m);
     }
     use std::os::unix::ffi::OsStrExt;
-    let c = CString::new(key.as_os_str().as_bytes()).map_err(|_| Error::new(ErrorCode::InvalidArgument, "path contains a NUL byte"))?;
+    let c = CString::new(key.as_os_str().as_bytes())
+        .map_err(|_| Error::new(ErrorCode::InvalidArgument, "path contains a NUL byte"))?;
     // SAFETY: default params and a valid path; a NULL result is handled.
     let raw = unsafe {
         let params = sys::llama_model_default_params();
         sys::llama_model_load_from_file(c.as_ptr(), params)
     };
     if raw.is_null() {
-        return Err(Error::new(ErrorCode::ModelLoadFailed, format!("llama.cpp could not load {} (set LLB_LOG=1 for its log)", path.display())));
+        return Err(Error::new(
+            ErrorCode::ModelLoadFailed,
+            format!("llama.cpp could not load {} (set LLB_LOG=1 for its log)", path.display()),
+        ));
     }
     let m = Arc::new(Model { raw, path: key.clone() });
     models.retain(|_, w| w.strong_count() > 0);

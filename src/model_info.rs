@@ -29,7 +29,9 @@ pub fn read_header(path: &Path) -> Result<GgufHeader> {
             Error::new(ErrorCode::FileNotFound, format!("model file not found: {}", path.display()))
         }
         HeaderError::Io(e) => Error::new(ErrorCode::IoError, format!("cannot read {}: {e}", path.display())),
-        HeaderError::Invalid(m) => Error::new(ErrorCode::NotAGguf, format!("{} is not a valid GGUF file: {m}", path.display())),
+        HeaderError::Invalid(m) => {
+            Error::new(ErrorCode::NotAGguf, format!("{} is not a valid GGUF file: {m}", path.display()))
+        }
     })
 }
 

@@ -8,7 +8,8 @@ use serde_json::{Map, Value};
 
 /// Parses JSON text into `T`: not JSON → `invalid_json`; wrong shape → `invalid_argument` with path.
 pub fn parse<T: DeserializeOwned>(text: &str, what: &str) -> Result<T> {
-    let v: Value = serde_json::from_str(text).map_err(|e| Error::new(ErrorCode::InvalidJson, format!("{what} is not valid JSON: {e}")))?;
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| Error::new(ErrorCode::InvalidJson, format!("{what} is not valid JSON: {e}")))?;
     if !v.is_object() {
         bail!(InvalidArgument, "{what} must be a JSON object");
     }
@@ -342,7 +343,9 @@ impl ChatRequest {
             }
         }
         match self.choice() {
-            Choice::Required if tools.is_empty() => bail!(InvalidArgument, "field `tool_choice`: `required` needs `tools`"),
+            Choice::Required if tools.is_empty() => {
+                bail!(InvalidArgument, "field `tool_choice`: `required` needs `tools`")
+            }
             Choice::Named(n) if !names.contains(n.as_str()) => {
                 bail!(InvalidArgument, "field `tool_choice`: no tool named `{n}` in `tools`")
             }
@@ -388,7 +391,10 @@ impl ChatRequest {
             ResponseFormatKind::Text => None,
             ResponseFormatKind::JsonObject => Some(serde_json::json!({"type": "object"})),
             ResponseFormatKind::JsonSchema => Some(
-                rf.json_schema.as_ref().and_then(|s| s.schema.clone()).unwrap_or_else(|| serde_json::json!({"type": "object"})),
+                rf.json_schema
+                    .as_ref()
+                    .and_then(|s| s.schema.clone())
+                    .unwrap_or_else(|| serde_json::json!({"type": "object"})),
             ),
         }
     }

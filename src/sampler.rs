@@ -64,7 +64,11 @@ unsafe impl Send for Sampler {}
 impl Sampler {
     /// # Safety
     /// `vocab` must be valid for the sampler's lifetime.
-    pub unsafe fn new(vocab: *const sys::llama_vocab, p: &SamplingParams, grammar: Option<&GrammarSpec>) -> Result<Sampler> {
+    pub unsafe fn new(
+        vocab: *const sys::llama_vocab,
+        p: &SamplingParams,
+        grammar: Option<&GrammarSpec>,
+    ) -> Result<Sampler> {
         // SAFETY: plain constructors; the chain owns what is added to it.
         let chain = unsafe {
             let chain = sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params());
@@ -96,8 +100,10 @@ impl Sampler {
         };
         let mut s = Sampler { chain, grammar: ptr::null_mut(), cur: Vec::with_capacity(n_vocab), n_vocab, needed };
         if let Some(g) = grammar.filter(|g| !g.gbnf.is_empty()) {
-            let gbnf = CString::new(g.gbnf.as_str()).map_err(|_| Error::new(ErrorCode::Internal, "grammar holds a NUL"))?;
-            let pats: Vec<CString> = g.trigger_patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
+            let gbnf =
+                CString::new(g.gbnf.as_str()).map_err(|_| Error::new(ErrorCode::Internal, "grammar holds a NUL"))?;
+            let pats: Vec<CString> =
+                g.trigger_patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
             let pat_ptrs: Vec<*const c_char> = pats.iter().map(|p| p.as_ptr()).collect();
             let mut err: *mut c_char = ptr::null_mut();
             // SAFETY: every pointer outlives the call; s.grammar is a valid out-pointer.
@@ -123,11 +129,20 @@ impl Sampler {
         // SAFETY: llama_get_logits_ith returns n_vocab floats for a row that has logits.
         let logits = unsafe { std::slice::from_raw_parts(logits, self.n_vocab) };
         self.cur.clear();
-        self.cur.extend(logits.iter().enumerate().map(|(i, &l)| sys::llama_token_data { id: i as i32, logit: l, p: 0.0 }));
+        self.cur.extend(logits.iter().enumerate().map(|(i, &l)| sys::llama_token_data {
+            id: i as i32,
+            logit: l,
+            p: 0.0,
+        }));
     }
 
     fn run(&mut self, smpl: *mut sys::llama_sampler) -> Result<()> {
-        let mut arr = sys::llama_token_data_array { data: self.cur.as_mut_ptr(), size: self.cur.len(), selected: -1, sorted: false };
+        let mut arr = sys::llama_token_data_array {
+            data: self.cur.as_mut_ptr(),
+            size: self.cur.len(),
+            selected: -1,
+            sorted: false,
+        };
         let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: arr points into self.cur, alive for the call.
         let st = unsafe { sys::llb_shim_sampler_apply(smpl, &mut arr, &mut err) };

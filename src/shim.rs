@@ -231,7 +231,15 @@ impl Parser {
         let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: every CString outlives the call; raw/err are valid out-pointers.
         let st = unsafe {
-            sys::llb_shim_parser_new(params.format, parser.as_ptr(), gp.as_ptr(), rf.as_ptr(), parse_tool_calls as i32, &mut raw, &mut err)
+            sys::llb_shim_parser_new(
+                params.format,
+                parser.as_ptr(),
+                gp.as_ptr(),
+                rf.as_ptr(),
+                parse_tool_calls as i32,
+                &mut raw,
+                &mut err,
+            )
         };
         check(st, err, "building the output parser")?;
         Ok(Parser { raw })
@@ -243,7 +251,14 @@ impl Parser {
         let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: text is valid for len bytes; out/err are valid out-pointers.
         let st = unsafe {
-            sys::llb_shim_parser_parse(self.raw, text.as_ptr() as *const c_char, text.len(), partial as i32, &mut out, &mut err)
+            sys::llb_shim_parser_parse(
+                self.raw,
+                text.as_ptr() as *const c_char,
+                text.len(),
+                partial as i32,
+                &mut out,
+                &mut err,
+            )
         };
         check(st, err, "parsing the output")?;
         take_json(out, "parse")

@@ -93,7 +93,11 @@ fn bad_requests_are_rejected_with_the_field_named() {
     let cases = [
         (json!({"messages": user("hi"), "temprature": 0.5}), "invalid_argument", "temprature"),
         (json!({"messages": user("hi"), "max_tokens": "ten"}), "invalid_argument", "max_tokens"),
-        (json!({"messages": user("hi"), "tools": tools(), "tool_choice": {"type": "function", "function": {"name": "nope"}}}), "invalid_argument", "nope"),
+        (
+            json!({"messages": user("hi"), "tools": tools(), "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+            "invalid_argument",
+            "nope",
+        ),
         (json!({"messages": user("hi"), "tool_choice": "required"}), "invalid_argument", "tool_choice"),
         (json!({"messages": [{"role": "wizard", "content": "x"}]}), "invalid_argument", "messages[0].role"),
         (json!({"messages": [{"role": "tool", "content": "x"}]}), "invalid_argument", "tool_call_id"),
@@ -110,7 +114,10 @@ fn bad_requests_are_rejected_with_the_field_named() {
     assert_code(&e.infer_text("\"just a string\""), "invalid_argument");
     // SAFETY: NULL arguments are documented.
     unsafe {
-        assert_code(&take(llb::ffi::llb_chat_infer(std::ptr::null_mut(), CString::new("{}").unwrap().as_ptr())), "invalid_argument");
+        assert_code(
+            &take(llb::ffi::llb_chat_infer(std::ptr::null_mut(), CString::new("{}").unwrap().as_ptr())),
+            "invalid_argument",
+        );
         assert_code(&take(llb::ffi::llb_chat_infer(e.raw, std::ptr::null())), "invalid_argument");
         llb::ffi::llb_chat_destroy(std::ptr::null_mut());
     }
@@ -138,7 +145,10 @@ fn completion_has_the_openai_shape() {
     let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     assert!(args.is_object());
     let u = &r["usage"];
-    assert_eq!(u["total_tokens"].as_u64(), Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()));
+    assert_eq!(
+        u["total_tokens"].as_u64(),
+        Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap())
+    );
     assert!(u["prompt_tokens_details"]["cached_tokens"].is_u64());
     for k in ["prompt_ms", "predicted_ms", "predicted_per_second"] {
         assert!(r["timings"][k].is_number(), "timings.{k}: {r}");
@@ -148,7 +158,9 @@ fn completion_has_the_openai_shape() {
 #[test]
 fn tool_choice_none_renders_tools_but_never_calls() {
     let e = CEngine::open_model(&qwen());
-    let with_tools = |choice: &str, seed: u64| e.infer(&json!({"messages": user("Weather?"), "tools": tools(), "tool_choice": choice, "max_tokens": 40, "seed": seed}));
+    let with_tools = |choice: &str, seed: u64| {
+        e.infer(&json!({"messages": user("Weather?"), "tools": tools(), "tool_choice": choice, "max_tokens": 40, "seed": seed}))
+    };
     let plain = e.infer(&json!({"messages": user("Weather?"), "max_tokens": 1}));
     for seed in 0..4 {
         let r = with_tools("none", seed);
@@ -363,14 +375,22 @@ fn engines_on_one_file_share_the_model() {
 
 #[test]
 fn kv_cache_is_reused_across_turns_including_the_generated_reply() {
-    for t in ["Qwen-Qwen2.5-7B-Instruct", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", "meta-llama-Llama-3.1-8B-Instruct"] {
+    for t in [
+        "Qwen-Qwen2.5-7B-Instruct",
+        "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+        "meta-llama-Llama-3.1-8B-Instruct",
+    ] {
         let e = CEngine::open_model(&corpus_fixture(t, false));
-        let mut messages = vec![json!({"role": "system", "content": "You are helpful."}), json!({"role": "user", "content": "Weather in Paris for 3 days?"})];
+        let mut messages = vec![
+            json!({"role": "system", "content": "You are helpful."}),
+            json!({"role": "user", "content": "Weather in Paris for 3 days?"}),
+        ];
         let r1 = e.infer(&json!({"messages": messages, "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 200, "seed": 1}));
         assert_eq!(r1["choices"][0]["finish_reason"], "tool_calls", "{t}: {r1}");
         let m1 = r1["choices"][0]["message"].clone();
         messages.push(m1.clone());
-        messages.push(json!({"role": "tool", "tool_call_id": m1["tool_calls"][0]["id"], "content": "{\"temp_c\": 21}"}));
+        messages
+            .push(json!({"role": "tool", "tool_call_id": m1["tool_calls"][0]["id"], "content": "{\"temp_c\": 21}"}));
         let r2 = e.infer(&json!({"messages": messages, "tools": tools(), "max_tokens": 8, "seed": 1}));
         let p1 = r1["usage"]["prompt_tokens"].as_u64().unwrap();
         // completion_tokens counts the end-of-turn token, which is never evaluated.
@@ -379,7 +399,11 @@ fn kv_cache_is_reused_across_turns_including_the_generated_reply() {
         assert!(cached >= p1 + g1, "{t}: turn 2 reused {cached} tokens, turn 1 had {p1} prompt + {g1} generated");
         // The same request again reuses everything but the last prompt token.
         let r3 = e.infer(&json!({"messages": messages, "tools": tools(), "max_tokens": 8, "seed": 1}));
-        assert_eq!(r3["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(), Some(r3["usage"]["prompt_tokens"].as_u64().unwrap() - 1), "{t}");
+        assert_eq!(
+            r3["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(),
+            Some(r3["usage"]["prompt_tokens"].as_u64().unwrap() - 1),
+            "{t}"
+        );
     }
 }
 
@@ -428,7 +452,10 @@ fn reasoning_is_extracted_unless_asked_not_to() {
     let m = &r["choices"][0]["message"];
     assert!(m["reasoning_content"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
     assert_stream_matches("reasoning auto", &e.events.chunks(), &r);
-    assert!(e.events.chunks().iter().any(|c| c["choices"][0]["delta"]["reasoning_content"].is_string()), "reasoning streams as reasoning_content");
+    assert!(
+        e.events.chunks().iter().any(|c| c["choices"][0]["delta"]["reasoning_content"].is_string()),
+        "reasoning streams as reasoning_content"
+    );
     e.events.clear();
     let r = e.infer(&req("none"));
     assert!(r["choices"][0]["message"].get("reasoning_content").is_none(), "{r}");
@@ -455,5 +482,9 @@ fn stop_strings_seeds_and_sampling_fields_behave() {
         assert!(text.starts_with(got), "the same reply, cut at the stop string");
     }
     let greedy = json!({"messages": user("Count."), "max_tokens": 16, "temperature": 0});
-    assert_eq!(e.infer(&greedy)["choices"][0]["message"], e.infer(&greedy)["choices"][0]["message"], "greedy is deterministic");
+    assert_eq!(
+        e.infer(&greedy)["choices"][0]["message"],
+        e.infer(&greedy)["choices"][0]["message"],
+        "greedy is deterministic"
+    );
 }

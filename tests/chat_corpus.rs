@@ -93,8 +93,13 @@ fn required_and_named_yield_one_schema_conforming_call_on_every_tool_capable_tem
             let choice0 = &r["choices"][0];
             let calls = choice0["message"]["tool_calls"].as_array().cloned().unwrap_or_default();
             if calls.len() != 1 || choice0["finish_reason"] != "tool_calls" {
-                problems.push(format!("{t} [{label}]: {} calls, finish {}, warnings {}, content {:?}",
-                    calls.len(), choice0["finish_reason"], r["warnings"], choice0["message"]["content"]));
+                problems.push(format!(
+                    "{t} [{label}]: {} calls, finish {}, warnings {}, content {:?}",
+                    calls.len(),
+                    choice0["finish_reason"],
+                    r["warnings"],
+                    choice0["message"]["content"]
+                ));
                 continue;
             }
             let f = &calls[0]["function"];
@@ -131,5 +136,11 @@ fn required_and_named_yield_one_schema_conforming_call_on_every_tool_capable_tem
             problems.push(format!("{t} [auto]: stream mismatch {:?}", e.downcast_ref::<String>()));
         }
     }
-    assert!(problems.is_empty(), "{} of {} templates failed:\n{}", problems.len(), templates.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} of {} templates failed:\n{}",
+        problems.len(),
+        templates.len(),
+        problems.join("\n")
+    );
 }

@@ -91,7 +91,8 @@ fn header_special_tokens_match_llama_cpp_for_every_vocab() {
         let header = llb::gguf::read_header(&path).unwrap();
         let ours = Templates::from_header(&header).unwrap().probe().unwrap();
         let theirs = reference_probe(&path);
-        if (ours.bos_token.as_str(), ours.eos_token.as_str()) != (theirs.bos_token.as_str(), theirs.eos_token.as_str()) {
+        if (ours.bos_token.as_str(), ours.eos_token.as_str()) != (theirs.bos_token.as_str(), theirs.eos_token.as_str())
+        {
             problems.push(format!(
                 "{vocab}: header bos/eos {:?}/{:?}, llama.cpp {:?}/{:?}",
                 ours.bos_token, ours.eos_token, theirs.bos_token, theirs.eos_token

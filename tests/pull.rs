@@ -24,7 +24,10 @@ fn public_repo_downloads_through_the_cdn_redirect_into_the_hf_layout() {
     let id = "acme/Tool-Model-GGUF";
     let bytes = tool_bytes();
     let sha = sha256_hex(&bytes);
-    let r = repo(id, vec![MockFile::git("README.md", b"# model\n".to_vec()), MockFile::lfs("Tool-Model-Q4_K_M.gguf", bytes.clone())]);
+    let r = repo(
+        id,
+        vec![MockFile::git("README.md", b"# model\n".to_vec()), MockFile::lfs("Tool-Model-Q4_K_M.gguf", bytes.clone())],
+    );
     let commit = r.commit.clone();
     let (hub, cache) = setup("happy", r);
     hub.add_token(TOKEN);
@@ -50,8 +53,13 @@ fn public_repo_downloads_through_the_cdn_redirect_into_the_hf_layout() {
     assert_eq!(std::fs::read_link(&path).unwrap(), Path::new("../../blobs").join(&sha));
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
     assert_eq!(std::fs::read_to_string(repo_dir(&cache, id).join("refs/main")).unwrap(), commit);
-    let left: Vec<_> = files_under(&cache).into_iter().filter(|p| !p.starts_with(repo_dir(&cache, id).join("snapshots"))).collect();
-    assert_eq!(left, vec![repo_dir(&cache, id).join("blobs").join(&sha), repo_dir(&cache, id).join("refs/main")], "no .incomplete or lock left");
+    let left: Vec<_> =
+        files_under(&cache).into_iter().filter(|p| !p.starts_with(repo_dir(&cache, id).join("snapshots"))).collect();
+    assert_eq!(
+        left,
+        vec![repo_dir(&cache, id).join("blobs").join(&sha), repo_dir(&cache, id).join("refs/main")],
+        "no .incomplete or lock left"
+    );
 
     // What the engine loads (llb_chat_create's loader) accepts the result's path.
     llb::init_backend();
@@ -64,7 +72,11 @@ fn public_repo_downloads_through_the_cdn_redirect_into_the_hf_layout() {
     assert_eq!(resolve.len(), 1);
     assert_eq!(resolve[0].status, 302);
     assert_eq!(resolve[0].header("authorization"), Some(format!("Bearer {TOKEN}").as_str()));
-    assert!(resolve[0].target.contains(&format!("/resolve/{commit}/")), "downloads pin the listed commit: {}", resolve[0].target);
+    assert!(
+        resolve[0].target.contains(&format!("/resolve/{commit}/")),
+        "downloads pin the listed commit: {}",
+        resolve[0].target
+    );
     let cdn = hub.requests(Route::Cdn);
     assert_eq!(cdn.len(), 1);
     assert_eq!(cdn[0].header("authorization"), None, "Authorization must be dropped when the redirect leaves the hub");
@@ -168,11 +180,16 @@ fn quant_default_order_tag_and_missing_quant() {
 fn several_ggufs_without_a_default_quant_ask_for_a_choice() {
     let id = "acme/float-GGUF";
     let b = tool_bytes();
-    let (hub, cache) = setup("no-default", repo(id, vec![MockFile::lfs("m-F16.gguf", b.clone()), MockFile::lfs("m-BF16.gguf", b)]));
+    let (hub, cache) =
+        setup("no-default", repo(id, vec![MockFile::lfs("m-F16.gguf", b.clone()), MockFile::lfs("m-BF16.gguf", b)]));
     let run = run(&request(&hub, &cache, id));
     let e = run.err();
     assert_eq!(e.code, ErrorCode::QuantNotFound);
-    assert!(e.message.contains("BF16") && e.message.contains("F16") && e.message.contains("REPO:QUANT"), "{}", e.message);
+    assert!(
+        e.message.contains("BF16") && e.message.contains("F16") && e.message.contains("REPO:QUANT"),
+        "{}",
+        e.message
+    );
 }
 
 #[test]
@@ -202,11 +219,21 @@ fn a_repo_with_one_gguf_takes_it_and_a_repo_without_fails() {
     let b = tool_bytes();
     let (hub, cache) = setup(
         "single",
-        repo(id, vec![MockFile::lfs("model.gguf", b.clone()), MockFile::lfs("mmproj-model-f16.gguf", b.clone()), MockFile::git("config.json", b"{}".to_vec())]),
+        repo(
+            id,
+            vec![
+                MockFile::lfs("model.gguf", b.clone()),
+                MockFile::lfs("mmproj-model-f16.gguf", b.clone()),
+                MockFile::git("config.json", b"{}".to_vec()),
+            ],
+        ),
     );
     assert_eq!(run(&request(&hub, &cache, id)).ok()["files"], json!(["model.gguf"]));
 
-    hub.add_repo(repo("acme/no-gguf", vec![MockFile::git("README.md", b"hi".to_vec()), MockFile::lfs("model.safetensors", vec![0; 64])]));
+    hub.add_repo(repo(
+        "acme/no-gguf",
+        vec![MockFile::git("README.md", b"hi".to_vec()), MockFile::lfs("model.safetensors", vec![0; 64])],
+    ));
     let r = run(&request(&hub, &cache, "acme/no-gguf"));
     assert_eq!(r.err().code, ErrorCode::NoGguf);
 }
@@ -489,11 +516,10 @@ fn a_server_ignoring_range_or_refusing_it_restarts_cleanly() {
     let r = run(&request(&hub, &cache, id));
     assert_eq!(r.ok()["sha256"], json!([sha]));
     let cdn = hub.requests(Route::Cdn);
-    assert_eq!(cdn.iter().map(|c| (c.header("range").map(str::to_string), c.status)).collect::<Vec<_>>(), vec![
-        (None, 200),
-        (Some("bytes=1048576-".into()), 416),
-        (None, 200)
-    ]);
+    assert_eq!(
+        cdn.iter().map(|c| (c.header("range").map(str::to_string), c.status)).collect::<Vec<_>>(),
+        vec![(None, 200), (Some("bytes=1048576-".into()), 416), (None, 200)]
+    );
 }
 
 #[test]
@@ -532,7 +558,8 @@ fn unsafe_names_in_the_listing_are_rejected_and_nothing_is_written() {
     }
     // A checksum that is not hex would name a blob outside blobs/.
     let mut r = repo(id, vec![]);
-    r.extra_siblings = vec![json!({"rfilename": "m-Q4_K_M.gguf", "size": 10, "lfs": {"sha256": "../../../../evil", "size": 10}})];
+    r.extra_siblings =
+        vec![json!({"rfilename": "m-Q4_K_M.gguf", "size": 10, "lfs": {"sha256": "../../../../evil", "size": 10}})];
     hub.add_repo(r);
     assert_eq!(run(&request(&hub, &cache, id)).result.unwrap_err().code, ErrorCode::InvalidRepoListing);
     assert!(hub.requests(Route::Resolve).is_empty());
@@ -552,7 +579,10 @@ fn a_model_without_tool_support_is_quarantined() {
     let j = e.to_json();
     assert_eq!(j["caps"]["supports_tool_calls"], false, "{j}");
     let q = cache.join("quarantine/models--acme--chat-only-GGUF");
-    assert_eq!(j["quarantined"], json!([q.join("snapshots").join(&commit).join("gemma-Q4_K_M.gguf").to_str().unwrap()]));
+    assert_eq!(
+        j["quarantined"],
+        json!([q.join("snapshots").join(&commit).join("gemma-Q4_K_M.gguf").to_str().unwrap()])
+    );
     assert_eq!(std::fs::read(q.join("blobs").join(&sha)).unwrap(), bytes);
     assert!(!repo_dir(&cache, id).join("blobs").join(&sha).exists());
     assert!(!snapshot(&cache, id, &commit, "gemma-Q4_K_M.gguf").exists());
@@ -582,14 +612,18 @@ fn a_template_without_tools_on_the_hub_only_warns() {
 fn offline_resolves_from_the_cache_only() {
     let id = "acme/offline-GGUF";
     let b = tool_bytes();
-    let (hub, cache) = setup("offline", repo(id, vec![MockFile::lfs("m-Q4_K_M.gguf", b.clone()), MockFile::lfs("m-Q8_0.gguf", b)]));
+    let (hub, cache) =
+        setup("offline", repo(id, vec![MockFile::lfs("m-Q4_K_M.gguf", b.clone()), MockFile::lfs("m-Q8_0.gguf", b)]));
     let online = run(&request(&hub, &cache, id)).ok().clone();
     hub.clear_log();
 
     let mut req = request(&hub, &cache, id);
     req.offline = Some(true);
     let v = run(&req).ok().clone();
-    assert_eq!((v["path"].clone(), v["from_cache"].clone(), v["sha256"].clone()), (online["path"].clone(), json!(true), online["sha256"].clone()));
+    assert_eq!(
+        (v["path"].clone(), v["from_cache"].clone(), v["sha256"].clone()),
+        (online["path"].clone(), json!(true), online["sha256"].clone())
+    );
     // HF_HUB_OFFLINE=1 does the same.
     let v = run_env(&request(&hub, &cache, id), &Env::default().with("HF_HUB_OFFLINE", "1")).ok().clone();
     assert_eq!(v["path"], online["path"]);
@@ -651,8 +685,17 @@ fn the_token_never_appears_in_outputs_or_the_cache() {
     assert_eq!(r.err().code, ErrorCode::AuthFailed);
     seen += &r.all_text();
     // The CLI, in both output modes, on success and failure.
-    for (endpoint, json_mode) in [(&hub.endpoint, true), (&hub.endpoint, false), (&hub2.endpoint, true), (&hub2.endpoint, false)] {
-        let args = pull::cli::PullArgs { repo: id.into(), file: None, revision: None, cache_dir: Some(cache.clone()), offline: false, json: json_mode };
+    for (endpoint, json_mode) in
+        [(&hub.endpoint, true), (&hub.endpoint, false), (&hub2.endpoint, true), (&hub2.endpoint, false)]
+    {
+        let args = pull::cli::PullArgs {
+            repo: id.into(),
+            file: None,
+            revision: None,
+            cache_dir: Some(cache.clone()),
+            offline: false,
+            json: json_mode,
+        };
         let env = Env::default().with("HF_ENDPOINT", endpoint.as_str()).with("HF_TOKEN", TOKEN);
         let (mut out, mut err) = (Vec::new(), Vec::new());
         pull::cli::run_with(&args, &env, &mut out, &mut err, false);
@@ -661,13 +704,20 @@ fn the_token_never_appears_in_outputs_or_the_cache() {
     }
     seen += &format!("{req:?}");
 
-    assert!(hub.requests(Route::Api).iter().any(|r| r.header("authorization") == Some(&format!("Bearer {TOKEN}"))), "the token was used");
+    assert!(
+        hub.requests(Route::Api).iter().any(|r| r.header("authorization") == Some(&format!("Bearer {TOKEN}"))),
+        "the token was used"
+    );
     assert!(!seen.contains(TOKEN), "the token leaked into an output");
     assert!(seen.contains("pull_result") && seen.contains("license_not_accepted") && seen.contains("auth_failed"));
     for dir in [&cache, &cache2] {
         for f in files_under(dir) {
             let content = std::fs::symlink_metadata(&f).map(|m| m.file_type().is_symlink()).unwrap_or(false);
-            let text = if content { std::fs::read_link(&f).unwrap().to_string_lossy().into_owned() } else { String::from_utf8_lossy(&std::fs::read(&f).unwrap()).into_owned() };
+            let text = if content {
+                std::fs::read_link(&f).unwrap().to_string_lossy().into_owned()
+            } else {
+                String::from_utf8_lossy(&std::fs::read(&f).unwrap()).into_owned()
+            };
             assert!(!text.contains(TOKEN) && !f.to_string_lossy().contains(TOKEN), "the token is in {}", f.display());
         }
     }
@@ -681,7 +731,9 @@ fn cancelling_from_the_event_callback_leaves_a_resumable_partial_file() {
     let sha = sha256_hex(&bytes);
     let (hub, cache) = setup("cancel", repo(id, vec![MockFile::lfs("m-Q4_K_M.gguf", bytes.clone())]));
     hub.fault(Route::Cdn, Fault::Slow { chunk: 256 << 10, pause_ms: 20 }, 1);
-    let r = run_with(&request(&hub, &cache, id), &Env::default(), |ev| !(ev["type"] == "pull_progress" && ev["file_bytes"].as_u64().unwrap() > 0));
+    let r = run_with(&request(&hub, &cache, id), &Env::default(), |ev| {
+        !(ev["type"] == "pull_progress" && ev["file_bytes"].as_u64().unwrap() > 0)
+    });
     let e = r.err();
     assert_eq!(e.code, ErrorCode::Cancelled);
     assert!(e.message.contains("resumes"), "{}", e.message);
@@ -750,7 +802,8 @@ fn token_sources_request_env_and_token_file() {
     let home = temp_dir("token-sources-home");
     std::fs::write(home.join("token"), format!("  {TOKEN}\n")).unwrap();
     let bearer = Some(format!("Bearer {TOKEN}"));
-    let last_auth = |hub: &MockHub| hub.requests(Route::Api).last().unwrap().header("authorization").map(str::to_string);
+    let last_auth =
+        |hub: &MockHub| hub.requests(Route::Api).last().unwrap().header("authorization").map(str::to_string);
 
     run_env(&request(&hub, &cache, id), &Env::default().with("HF_TOKEN", TOKEN)).ok();
     assert_eq!(last_auth(&hub), bearer);
@@ -775,7 +828,12 @@ fn request_json_errors_name_the_field() {
     assert!(e["message"].as_str().unwrap().contains("bogus"), "{e}");
     let e = pull::pull_json(r#"{"repo":"a/b","quant":7}"#, &cb);
     assert!(e["message"].as_str().unwrap().contains("quant"), "{e}");
-    for bad in [r#"{"repo":"../etc"}"#, r#"{"repo":"a/b","revision":"../../x"}"#, r#"{"repo":"a/b","filename":"../x.gguf"}"#, r#"{}"#] {
+    for bad in [
+        r#"{"repo":"../etc"}"#,
+        r#"{"repo":"a/b","revision":"../../x"}"#,
+        r#"{"repo":"a/b","filename":"../x.gguf"}"#,
+        r#"{}"#,
+    ] {
         assert_eq!(pull::pull_json(bad, &cb)["code"], "invalid_argument", "{bad}");
     }
     // The issue's full request shape parses.
@@ -788,7 +846,14 @@ fn the_cli_prints_exactly_the_json_with_json() {
     let id = "acme/cli-GGUF";
     let (hub, cache) = setup("cli", repo(id, vec![MockFile::lfs("m-Q4_K_M.gguf", tool_bytes())]));
     let env = Env::default().with("HF_ENDPOINT", hub.endpoint.as_str());
-    let args = |repo: &str, json| pull::cli::PullArgs { repo: repo.into(), file: None, revision: None, cache_dir: Some(cache.clone()), offline: false, json };
+    let args = |repo: &str, json| pull::cli::PullArgs {
+        repo: repo.into(),
+        file: None,
+        revision: None,
+        cache_dir: Some(cache.clone()),
+        offline: false,
+        json,
+    };
 
     let (mut out, mut err) = (Vec::new(), Vec::new());
     assert_eq!(pull::cli::run_with(&args(&format!("{id}:Q4_K_M"), true), &env, &mut out, &mut err, false), 0);
@@ -849,10 +914,25 @@ fn pull_args_plug_into_the_cli_as_a_subcommand() {
     enum Cmd {
         Pull(pull::cli::PullArgs),
     }
-    let cli = Cli::try_parse_from(["llb", "pull", "org/name:Q8_0", "--file", "x.gguf", "--revision", "v1", "--cache-dir", "/tmp/c", "--json"]).unwrap();
+    let cli = Cli::try_parse_from([
+        "llb",
+        "pull",
+        "org/name:Q8_0",
+        "--file",
+        "x.gguf",
+        "--revision",
+        "v1",
+        "--cache-dir",
+        "/tmp/c",
+        "--json",
+    ])
+    .unwrap();
     let Cmd::Pull(args) = cli.cmd;
     assert!(args.json && !args.offline);
     let req = args.to_request();
-    assert_eq!((req.repo.as_str(), req.filename.as_deref(), req.revision.as_deref(), req.cache_dir.as_deref()), ("org/name:Q8_0", Some("x.gguf"), Some("v1"), Some("/tmp/c")));
+    assert_eq!(
+        (req.repo.as_str(), req.filename.as_deref(), req.revision.as_deref(), req.cache_dir.as_deref()),
+        ("org/name:Q8_0", Some("x.gguf"), Some("v1"), Some("/tmp/c"))
+    );
     assert!(Cli::try_parse_from(["llb", "pull"]).is_err(), "REPO is required");
 }

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 pub(crate) fn disk_error(what: &str, path: &Path, e: &io::Error) -> Error {
     let hint = if e.raw_os_error() == Some(libc::ENOSPC) { " (no space left on the device)" } else { "" };
-    Error::new(ErrorCode::Disk, format!("{what} {}: {e}{hint}", path.display())).with_field("path", path.to_string_lossy().into())
+    Error::new(ErrorCode::Disk, format!("{what} {}: {e}{hint}", path.display()))
+        .with_field("path", path.to_string_lossy().into())
 }
 
 pub(crate) struct RepoCache {
@@ -47,9 +48,13 @@ impl RepoCache {
 
     /// Lexical containment: `p` is below the root and has no `..`.
     fn inside(&self, p: &Path) -> Result<()> {
-        let ok = p.starts_with(&self.root) && p.strip_prefix(&self.root).is_ok_and(|r| r.components().all(|c| matches!(c, Component::Normal(_))));
+        let ok = p.starts_with(&self.root)
+            && p.strip_prefix(&self.root).is_ok_and(|r| r.components().all(|c| matches!(c, Component::Normal(_))));
         if !ok {
-            return Err(Error::new(ErrorCode::Internal, format!("refusing to write outside the cache: {}", p.display())));
+            return Err(Error::new(
+                ErrorCode::Internal,
+                format!("refusing to write outside the cache: {}", p.display()),
+            ));
         }
         Ok(())
     }
@@ -173,7 +178,14 @@ impl RepoCache {
     /// Removes the folders a failed pull may have left empty (never files).
     pub fn tidy(&self, commit: &str) {
         remove_empty_dirs(&self.snapshot_dir(commit), &self.dir);
-        for d in [self.dir.join("snapshots"), self.dir.join("blobs"), self.dir.join("refs"), self.dir.clone(), self.locks.clone(), self.root.join(".locks")] {
+        for d in [
+            self.dir.join("snapshots"),
+            self.dir.join("blobs"),
+            self.dir.join("refs"),
+            self.dir.clone(),
+            self.locks.clone(),
+            self.root.join(".locks"),
+        ] {
             let _ = fs::remove_dir(d);
         }
     }
@@ -237,7 +249,13 @@ impl Drop for BlobLock {
     }
 }
 
-fn link_in(repo_dir: &Path, commit: &str, file: &str, key: &str, inside: impl Fn(&Path) -> Result<()>) -> Result<PathBuf> {
+fn link_in(
+    repo_dir: &Path,
+    commit: &str,
+    file: &str,
+    key: &str,
+    inside: impl Fn(&Path) -> Result<()>,
+) -> Result<PathBuf> {
     let link = repo_dir.join("snapshots").join(commit).join(file);
     inside(&link)?;
     let depth = file.split('/').count() + 1; // <file parts> + <commit>, under snapshots/
@@ -289,7 +307,10 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
             continue; // our temporary link names
         }
         // A symlink names its blob; a plain file (a cache written by hand) is its own content.
-        let key = fs::read_link(&p).ok().and_then(|t| t.file_name().map(|f| f.to_string_lossy().into_owned())).unwrap_or_default();
+        let key = fs::read_link(&p)
+            .ok()
+            .and_then(|t| t.file_name().map(|f| f.to_string_lossy().into_owned()))
+            .unwrap_or_default();
         out.push((name, key));
     }
 }

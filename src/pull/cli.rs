@@ -101,7 +101,8 @@ pub fn model_path_or_pull(arg: &str) -> Result<PathBuf> {
 
 fn summary(v: &Value) -> String {
     let commit = v["commit"].as_str().unwrap_or("");
-    let files: Vec<&str> = v["files"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let files: Vec<&str> =
+        v["files"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     let info = &v["model_info"];
     format!(
         "pulled {}@{} (commit {}){}\n  files: {}\n  path:  {}\n  tools: yes (chat format: {})",
@@ -140,7 +141,13 @@ struct Display<'w> {
 
 impl<'w> Display<'w> {
     fn new(err: &'w mut dyn Write, tty: bool) -> Self {
-        Display { err: RefCell::new(err), bar: RefCell::new(None), tty, last_tenth: RefCell::new(None), file: RefCell::new(String::new()) }
+        Display {
+            err: RefCell::new(err),
+            bar: RefCell::new(None),
+            tty,
+            last_tenth: RefCell::new(None),
+            file: RefCell::new(String::new()),
+        }
     }
 
     fn line(&self, s: &str) {
@@ -165,18 +172,28 @@ impl<'w> Display<'w> {
                     &commit[..commit.len().min(12)],
                     files.len(),
                     fmt_bytes(u("total")),
-                    if u("to_download") > 0 { format!(", {} to download", fmt_bytes(u("to_download"))) } else { ", all cached".into() }
+                    if u("to_download") > 0 {
+                        format!(", {} to download", fmt_bytes(u("to_download")))
+                    } else {
+                        ", all cached".into()
+                    }
                 ));
                 for f in &files {
                     let cached = if f["cached"] == Value::Bool(true) { " (cached)" } else { "" };
-                    self.line(&format!("  {} {}{cached}", f["name"].as_str().unwrap_or(""), fmt_bytes(f["size"].as_u64().unwrap_or(0))));
+                    self.line(&format!(
+                        "  {} {}{cached}",
+                        f["name"].as_str().unwrap_or(""),
+                        fmt_bytes(f["size"].as_u64().unwrap_or(0))
+                    ));
                 }
                 if self.tty && u("to_download") > 0 {
                     let bar = ProgressBar::with_draw_target(Some(u("total")), ProgressDrawTarget::stderr());
                     bar.set_style(
-                        ProgressStyle::with_template("{msg:30!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-                            .expect("a valid template")
-                            .progress_chars("=> "),
+                        ProgressStyle::with_template(
+                            "{msg:30!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                        )
+                        .expect("a valid template")
+                        .progress_chars("=> "),
                     );
                     *self.bar.borrow_mut() = Some(bar);
                 }

@@ -101,9 +101,21 @@ impl Sink {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).map_err(|e| disk_error("cannot create", dir, &e))?;
         }
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| disk_error("cannot open", path, &e))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| disk_error("cannot open", path, &e))?;
         let len = file.metadata().map_err(|e| disk_error("cannot read", path, &e))?.len();
-        let mut s = Sink { file, sha256: Sha256::new(), sha1: git.then(|| Sha1::new_with_prefix(git_header(size))), size, written: 0 };
+        let mut s = Sink {
+            file,
+            sha256: Sha256::new(),
+            sha1: git.then(|| Sha1::new_with_prefix(git_header(size))),
+            size,
+            written: 0,
+        };
         if len > size {
             s.reset().map_err(|e| disk_error("cannot truncate", path, &e))?;
             return Ok(s);
@@ -111,7 +123,10 @@ impl Sink {
         let mut buf = vec![0u8; CHUNK];
         let mut left = len;
         while left > 0 {
-            let n = s.file.read(&mut buf[..(left.min(CHUNK as u64) as usize)]).map_err(|e| disk_error("cannot read", path, &e))?;
+            let n = s
+                .file
+                .read(&mut buf[..(left.min(CHUNK as u64) as usize)])
+                .map_err(|e| disk_error("cannot read", path, &e))?;
             if n == 0 {
                 break;
             }
@@ -183,7 +198,12 @@ enum End {
 /// sha256 costs about as much as reading and writing together; as its own stage it runs beside
 /// the I/O instead of after it. Only bytes that reached the file are hashed and counted, so the
 /// sink stays consistent whatever fails.
-fn stream(body: &mut (dyn Read + Send), sink: Sink, limit: u64, mut on_chunk: impl FnMut(u64) -> Result<()>) -> (Sink, End) {
+fn stream(
+    body: &mut (dyn Read + Send),
+    sink: Sink,
+    limit: u64,
+    mut on_chunk: impl FnMut(u64) -> Result<()>,
+) -> (Sink, End) {
     let Sink { file, sha256, sha1, size, written } = sink;
     let write_failed = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -273,7 +293,13 @@ fn stream(body: &mut (dyn Read + Send), sink: Sink, limit: u64, mut on_chunk: im
 }
 
 fn mismatch(file: &str, msg: String) -> Error {
-    Error::new(ErrorCode::ChecksumMismatch, format!("{file}: {msg}; the partial file was deleted. Retry the pull; if it fails again the hub's copy is damaged")).with_field("file", json!(file))
+    Error::new(
+        ErrorCode::ChecksumMismatch,
+        format!(
+            "{file}: {msg}; the partial file was deleted. Retry the pull; if it fails again the hub's copy is damaged"
+        ),
+    )
+    .with_field("file", json!(file))
 }
 
 /// `bytes a-b/total` → (a, total).
@@ -286,7 +312,14 @@ fn parse_content_range(s: &str) -> Option<(u64, Option<u64>)> {
 
 /// Downloads one file into `job.incomplete`, verifies it and renames it to `blob_dir/<key>`.
 /// Returns (sha256, final blob key).
-pub(crate) fn download(hub: &Hub, commit: &str, job: &Job, blob_dir: &Path, events: &Events, progress: &mut Progress) -> Result<(String, String)> {
+pub(crate) fn download(
+    hub: &Hub,
+    commit: &str,
+    job: &Job,
+    blob_dir: &Path,
+    events: &Events,
+    progress: &mut Progress,
+) -> Result<(String, String)> {
     let r = download_inner(hub, commit, job, blob_dir, events, progress);
     if r.is_err() && fs::metadata(&job.incomplete).is_ok_and(|m| m.len() == 0) {
         // Nothing to resume (refused before any byte): leave no trace.
@@ -295,13 +328,22 @@ pub(crate) fn download(hub: &Hub, commit: &str, job: &Job, blob_dir: &Path, even
     r
 }
 
-fn download_inner(hub: &Hub, commit: &str, job: &Job, blob_dir: &Path, events: &Events, progress: &mut Progress) -> Result<(String, String)> {
+fn download_inner(
+    hub: &Hub,
+    commit: &str,
+    job: &Job,
+    blob_dir: &Path,
+    events: &Events,
+    progress: &mut Progress,
+) -> Result<(String, String)> {
     let Job { file, size, incomplete, .. } = job;
     let (file, size) = (*file, *size);
     let mut expect = job.expect.clone();
     let mut sink = Sink::open(incomplete, size, matches!(expect, Expect::GitSha1(_)))?;
     let resumed_from = sink.written;
-    let kept = |written: u64| format!("{written} of {size} bytes are kept in {} and the next pull resumes from there", incomplete.display());
+    let kept = |written: u64| {
+        format!("{written} of {size} bytes are kept in {} and the next pull resumes from there", incomplete.display())
+    };
     progress.report(file, sink.written, size, true).map_err(|e| cancelled(e, &kept(resumed_from)))?;
     let mut failures = 0;
     let mut fetches = 0;
@@ -310,7 +352,11 @@ fn download_inner(hub: &Hub, commit: &str, job: &Job, blob_dir: &Path, events: &
         let from = sink.written;
         fetches += 1;
         if fetches > MAX_FETCHES {
-            return Err(hub.network(&hub.resolve_url(commit, file), &format!("gave up after {MAX_FETCHES} interrupted requests; {}", kept(from)), super::hub::Target::File(file)));
+            return Err(hub.network(
+                &hub.resolve_url(commit, file),
+                &format!("gave up after {MAX_FETCHES} interrupted requests; {}", kept(from)),
+                super::hub::Target::File(file),
+            ));
         }
         let fetch = match hub.fetch(commit, file, from, events) {
             Ok(f) => f,
@@ -326,17 +372,28 @@ fn download_inner(hub: &Hub, commit: &str, job: &Job, blob_dir: &Path, events: &
                 (Expect::Sha256(want), Some(got)) if super::select::is_sha256(got) && got != want => {
                     drop(sink);
                     let _ = fs::remove_file(incomplete);
-                    return Err(mismatch(file, format!("the hub's listing says sha256 {want} but its download says {got}")));
+                    return Err(mismatch(
+                        file,
+                        format!("the hub's listing says sha256 {want} but its download says {got}"),
+                    ));
                 }
                 // Listed as a git file but served from LFS: the download's sha256 is the truth.
                 (Expect::GitSha1(_), Some(got)) if super::select::is_sha256(got) => {
                     expect = Expect::Sha256(got.to_string());
                     sink.sha1 = None;
                 }
-                (Expect::GitSha1(want), None) if fetch.etag.as_deref().is_some_and(|e| super::select::is_commit(e) && e != want) => {
+                (Expect::GitSha1(want), None)
+                    if fetch.etag.as_deref().is_some_and(|e| super::select::is_commit(e) && e != want) =>
+                {
                     drop(sink);
                     let _ = fs::remove_file(incomplete);
-                    return Err(mismatch(file, format!("the hub's listing says blob {want} but its download says {}", fetch.etag.as_deref().unwrap_or(""))));
+                    return Err(mismatch(
+                        file,
+                        format!(
+                            "the hub's listing says blob {want} but its download says {}",
+                            fetch.etag.as_deref().unwrap_or("")
+                        ),
+                    ));
                 }
                 _ => {}
             }
@@ -353,7 +410,11 @@ fn download_inner(hub: &Hub, commit: &str, job: &Job, blob_dir: &Path, events: &
         let mut body = fetch.body;
         match fetch.status {
             416 if from == 0 => {
-                return Err(hub.network(&hub.resolve_url(commit, file), "the server answered 416 to a request for the whole file", super::hub::Target::File(file)));
+                return Err(hub.network(
+                    &hub.resolve_url(commit, file),
+                    "the server answered 416 to a request for the whole file",
+                    super::hub::Target::File(file),
+                ));
             }
             416 => {
                 // The partial file is longer than what the server has: it is not a prefix.
@@ -390,7 +451,11 @@ fn download_inner(hub: &Hub, commit: &str, job: &Job, blob_dir: &Path, events: &
                         End::Read(e) => e.to_string(),
                         _ => "the connection closed early".into(),
                     };
-                    return Err(hub.network(&hub.resolve_url(commit, file), &format!("{why}; {}", kept(sink.written)), super::hub::Target::File(file)));
+                    return Err(hub.network(
+                        &hub.resolve_url(commit, file),
+                        &format!("{why}; {}", kept(sink.written)),
+                        super::hub::Target::File(file),
+                    ));
                 }
                 std::thread::sleep(backoff(failures - 1));
             }

@@ -99,7 +99,8 @@ fn origin(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let authority = authority.rsplit('@').next().unwrap_or(authority).to_ascii_lowercase();
-    let has_port = authority.rsplit_once(':').is_some_and(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())) && !authority.ends_with(']');
+    let has_port = authority.rsplit_once(':').is_some_and(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+        && !authority.ends_with(']');
     let scheme = scheme.to_ascii_lowercase();
     if has_port {
         format!("{scheme}://{authority}")
@@ -205,7 +206,14 @@ impl Hub {
     }
 
     /// One GET with retries for transport errors, 5xx and 429. Other statuses are returned.
-    fn get(&self, url: &str, auth: bool, range: Option<u64>, events: &Events, target: Target) -> Result<ureq::http::Response<ureq::Body>> {
+    fn get(
+        &self,
+        url: &str,
+        auth: bool,
+        range: Option<u64>,
+        events: &Events,
+        target: Target,
+    ) -> Result<ureq::http::Response<ureq::Body>> {
         let mut failures = 0;
         let mut limited = 0;
         loop {
@@ -225,7 +233,11 @@ impl Hub {
                             format!(
                                 "the hub is rate-limiting requests (HTTP 429{}); retry in {wait} s{}",
                                 if limited > 0 { format!(" after {limited} retries") } else { String::new() },
-                                if self.token.is_none() { ", or set HF_TOKEN: authenticated requests get higher limits" } else { "" }
+                                if self.token.is_none() {
+                                    ", or set HF_TOKEN: authenticated requests get higher limits"
+                                } else {
+                                    ""
+                                }
                             ),
                         )
                         .with_field("retry_after", json!(wait)));
@@ -253,12 +265,21 @@ impl Hub {
             Target::Api => format!("listing {}", self.repo),
             Target::File(f) => format!("downloading {f}"),
         };
-        Error::new(ErrorCode::Network, format!("{about}: {} failed: {what}; check the connection (or HF_ENDPOINT), then retry", display_url(url)))
+        Error::new(
+            ErrorCode::Network,
+            format!("{about}: {} failed: {what}; check the connection (or HF_ENDPOINT), then retry", display_url(url)),
+        )
     }
 
     /// GET following redirects by hand; returns the final response and the first value of each
     /// `X-Linked-*`/`ETag` header seen on the way.
-    fn get_following(&self, url: &str, range: Option<u64>, events: &Events, target: Target) -> Result<(ureq::http::Response<ureq::Body>, HeaderMap)> {
+    fn get_following(
+        &self,
+        url: &str,
+        range: Option<u64>,
+        events: &Events,
+        target: Target,
+    ) -> Result<(ureq::http::Response<ureq::Body>, HeaderMap)> {
         let home = origin(url);
         let mut url = url.to_string();
         let mut auth = true;
@@ -303,7 +324,10 @@ impl Hub {
             );
         }
         if code == "DisabledRepo" || hub_msg.contains("Access to this resource is disabled") {
-            return e(ErrorCode::RepoDisabled, format!("{repo} has been disabled on the hub ({said}); its files cannot be downloaded"));
+            return e(
+                ErrorCode::RepoDisabled,
+                format!("{repo} has been disabled on the hub ({said}); its files cannot be downloaded"),
+            );
         }
         match (code.as_str(), status) {
             ("GatedRepo", _) | ("", 401 | 403) if !token => e(
@@ -357,8 +381,18 @@ impl Hub {
             let body = Self::read_error_body(&mut resp);
             return Err(self.error(status, resp.headers(), &body, Target::Api));
         }
-        let text = resp.body_mut().with_config().limit(256 << 20).read_to_string().map_err(|e| self.network(&url, &e.to_string(), Target::Api))?;
-        serde_json::from_str(&text).map_err(|e| Error::new(ErrorCode::InvalidRepoListing, format!("the hub's listing of {} is not the expected JSON: {e}", self.repo)))
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(256 << 20)
+            .read_to_string()
+            .map_err(|e| self.network(&url, &e.to_string(), Target::Api))?;
+        serde_json::from_str(&text).map_err(|e| {
+            Error::new(
+                ErrorCode::InvalidRepoListing,
+                format!("the hub's listing of {} is not the expected JSON: {e}", self.repo),
+            )
+        })
     }
 
     /// `gguf.chat_template` from `?expand=gguf`: `Some(None)` when the hub has none, `None` when
@@ -372,7 +406,8 @@ impl Hub {
         if resp.status() != StatusCode::OK {
             return None;
         }
-        let v: Value = serde_json::from_str(&resp.body_mut().with_config().limit(64 << 20).read_to_string().ok()?).ok()?;
+        let v: Value =
+            serde_json::from_str(&resp.body_mut().with_config().limit(64 << 20).read_to_string().ok()?).ok()?;
         Some(v["gguf"]["chat_template"].as_str().map(str::to_string))
     }
 

@@ -143,7 +143,8 @@ impl Env {
     }
 
     fn offline(&self) -> bool {
-        self.get("HF_HUB_OFFLINE").is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true"))
+        self.get("HF_HUB_OFFLINE")
+            .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true"))
     }
 
     fn cache_root(&self) -> Result<PathBuf> {
@@ -172,7 +173,9 @@ struct Settings {
 fn settings(req: &PullRequest, env: &Env) -> Result<Settings> {
     let arg = parse_repo_arg(&req.repo)?;
     let quant = match (&req.quant, arg.quant) {
-        (Some(q), _) if q.trim().is_empty() || !q.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) => {
+        (Some(q), _)
+            if q.trim().is_empty() || !q.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) =>
+        {
             bail!(InvalidArgument, "field `quant`: `{q}` is not a quant tag like Q4_K_M")
         }
         (Some(q), _) => Some(q.clone()),
@@ -181,9 +184,18 @@ fn settings(req: &PullRequest, env: &Env) -> Result<Settings> {
     let revision = req.revision.clone().unwrap_or_else(|| "main".into());
     select::validate_revision(&revision)?;
     if let Some(f) = &req.filename {
-        select::validate_rfilename(f).map_err(|_| Error::new(ErrorCode::InvalidArgument, format!("field `filename`: `{f}` must be a relative path inside the repo")))?;
+        select::validate_rfilename(f).map_err(|_| {
+            Error::new(
+                ErrorCode::InvalidArgument,
+                format!("field `filename`: `{f}` must be a relative path inside the repo"),
+            )
+        })?;
     }
-    let endpoint = req.endpoint.clone().or_else(|| env.get("HF_ENDPOINT").map(str::to_string)).unwrap_or_else(|| DEFAULT_ENDPOINT.into());
+    let endpoint = req
+        .endpoint
+        .clone()
+        .or_else(|| env.get("HF_ENDPOINT").map(str::to_string))
+        .unwrap_or_else(|| DEFAULT_ENDPOINT.into());
     let endpoint = endpoint.trim().trim_end_matches('/').to_string();
     if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) || endpoint.contains('?') {
         bail!(InvalidArgument, "field `endpoint` (or HF_ENDPOINT): `{endpoint}` is not an http(s) URL");
@@ -196,7 +208,9 @@ fn settings(req: &PullRequest, env: &Env) -> Result<Settings> {
     let cache_root = if cache_root.is_absolute() {
         cache_root
     } else {
-        std::env::current_dir().map_err(|e| Error::new(ErrorCode::Disk, format!("current folder: {e}")))?.join(cache_root)
+        std::env::current_dir()
+            .map_err(|e| Error::new(ErrorCode::Disk, format!("current folder: {e}")))?
+            .join(cache_root)
     };
     let token = match &req.token {
         Some(t) if t.trim().is_empty() => None,
@@ -358,7 +372,8 @@ fn online(s: &Settings, cache: &RepoCache, ev: &Events) -> Result<Value> {
     if let Some(t) = hub.gguf_template() {
         let stub = t.as_deref().is_none_or(|t| !t.to_ascii_lowercase().contains("tool"));
         if stub {
-            let about = if t.is_none() { "shows no chat template" } else { "shows a chat template without tool support" };
+            let about =
+                if t.is_none() { "shows no chat template" } else { "shows a chat template without tool support" };
             ev.warning(
                 "template_without_tools",
                 format!("the hub's GGUF metadata for {} {about}; downloading anyway, since the file may carry a tool_use template variant (checked after download)", s.repo),
@@ -374,16 +389,23 @@ fn online(s: &Settings, cache: &RepoCache, ev: &Events) -> Result<Value> {
     for name in &choice.group.files {
         let sib = listing.siblings.iter().find(|x| &x.rfilename == name).expect("chosen from the listing");
         let size = sib.lfs.as_ref().and_then(|l| l.size).or(sib.size);
-        let Some(size) = size else { bail!(InvalidRepoListing, "the hub's listing of {what} gives no size for {name}") };
+        let Some(size) = size else {
+            bail!(InvalidRepoListing, "the hub's listing of {what} gives no size for {name}")
+        };
         let expect = match (&sib.lfs, &sib.blob_id) {
             (Some(l), _) => Expect::Sha256(l.sha256.to_ascii_lowercase()),
             (None, Some(b)) => Expect::GitSha1(b.to_ascii_lowercase()),
             (None, None) => bail!(InvalidRepoListing, "the hub's listing of {what} gives no checksum for {name}"),
         };
         if !hub::valid_key(expect.key()) {
-            return Err(Error::new(ErrorCode::InvalidRepoListing, format!("the hub's listing of {what} gives an invalid checksum for {name}")).with_field("file", json!(name)));
+            return Err(Error::new(
+                ErrorCode::InvalidRepoListing,
+                format!("the hub's listing of {what} gives an invalid checksum for {name}"),
+            )
+            .with_field("file", json!(name)));
         }
-        let cached = cache.has_blob(expect.key(), Some(size))? || cache.restore(&commit, name, expect.key(), Some(size))?;
+        let cached =
+            cache.has_blob(expect.key(), Some(size))? || cache.restore(&commit, name, expect.key(), Some(size))?;
         files.push(FileSpec { name: name.clone(), size, expect, cached });
     }
     let r = fetch_all(s, cache, &hub, &commit, &mut files, ev);
@@ -395,7 +417,14 @@ fn online(s: &Settings, cache: &RepoCache, ev: &Events) -> Result<Value> {
 }
 
 /// Downloads what is missing; links the snapshot and the ref. Returns (sha256s, bytes fetched).
-fn fetch_all(s: &Settings, cache: &RepoCache, hub: &Hub, commit: &str, files: &mut [FileSpec], ev: &Events) -> Result<(Vec<String>, u64)> {
+fn fetch_all(
+    s: &Settings,
+    cache: &RepoCache,
+    hub: &Hub,
+    commit: &str,
+    files: &mut [FileSpec],
+    ev: &Events,
+) -> Result<(Vec<String>, u64)> {
     let total: u64 = files.iter().map(|f| f.size).sum();
     let to_fetch: u64 = files.iter().filter(|f| !f.cached).map(|f| f.size).sum();
     ev.emit(json!({
@@ -420,7 +449,12 @@ fn fetch_all(s: &Settings, cache: &RepoCache, hub: &Hub, commit: &str, files: &m
             continue;
         }
         let key = f.expect.key().to_string();
-        let _lock = cache.lock(&key, || ev.warning("waiting_for_lock", format!("{}: another download of this file is running; waiting for it", f.name)))?;
+        let _lock = cache.lock(&key, || {
+            ev.warning(
+                "waiting_for_lock",
+                format!("{}: another download of this file is running; waiting for it", f.name),
+            )
+        })?;
         if cache.has_blob(&key, Some(f.size))? {
             // Another process finished it while we waited.
             f.cached = true;
@@ -469,10 +503,13 @@ fn from_cache(s: &Settings, cache: &RepoCache, ev: &Events, fallback: Option<Str
         return Err(not_cached(&format!("{what} is not")));
     }
     let names: Vec<String> = entries.iter().map(|e| e.0.clone()).collect();
-    let choice = select::choose(&names, s.quant.as_deref(), s.filename.as_deref(), &format!("the cached {what}")).map_err(|e| match e.code {
-        ErrorCode::FileNotFound | ErrorCode::QuantNotFound | ErrorCode::NoGguf => Error { code: ErrorCode::NotCached, message: format!("offline: {}", e.message), extra: e.extra },
-        _ => e,
-    })?;
+    let choice = select::choose(&names, s.quant.as_deref(), s.filename.as_deref(), &format!("the cached {what}"))
+        .map_err(|e| match e.code {
+            ErrorCode::FileNotFound | ErrorCode::QuantNotFound | ErrorCode::NoGguf => {
+                Error { code: ErrorCode::NotCached, message: format!("offline: {}", e.message), extra: e.extra }
+            }
+            _ => e,
+        })?;
     let mut files = Vec::new();
     let mut sha256 = Vec::new();
     for name in &choice.group.files {
@@ -509,7 +546,14 @@ fn from_cache(s: &Settings, cache: &RepoCache, ev: &Events, fallback: Option<Str
 }
 
 /// The tool gate on the first shard, then the result; refused files go to quarantine.
-fn finish(s: &Settings, cache: &RepoCache, commit: &str, files: &[FileSpec], sha256: Vec<String>, downloaded: u64) -> Result<Value> {
+fn finish(
+    s: &Settings,
+    cache: &RepoCache,
+    commit: &str,
+    files: &[FileSpec],
+    sha256: Vec<String>,
+    downloaded: u64,
+) -> Result<Value> {
     let first = cache.snapshot(commit, &files[0].name);
     match gate(&first) {
         Ok(info) => Ok(json!({
@@ -525,11 +569,15 @@ fn finish(s: &Settings, cache: &RepoCache, commit: &str, files: &[FileSpec], sha
             "model_info": info,
         })),
         Err(e) if matches!(e.code, ErrorCode::ToolsUnsupported | ErrorCode::NotAGguf | ErrorCode::TemplateError) => {
-            let pairs: Vec<(String, String)> = files.iter().map(|f| (f.name.clone(), f.expect.key().to_string())).collect();
+            let pairs: Vec<(String, String)> =
+                files.iter().map(|f| (f.name.clone(), f.expect.key().to_string())).collect();
             let moved = cache.quarantine(commit, &pairs)?;
             let list: Vec<String> = moved.iter().map(|p| p.to_string_lossy().into_owned()).collect();
             Err(Error {
-                message: format!("{} Moved to {} (a later pull re-checks it there without downloading).", e.message, list[0]),
+                message: format!(
+                    "{} Moved to {} (a later pull re-checks it there without downloading).",
+                    e.message, list[0]
+                ),
                 ..e
             }
             .with_field("quarantined", json!(list)))

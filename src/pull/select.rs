@@ -29,7 +29,9 @@ pub fn parse_repo_arg(arg: &str) -> Result<RepoArg> {
     };
     validate_repo_id(repo)?;
     let quant = match quant {
-        Some(q) if q.is_empty() || !q.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') => {
+        Some(q)
+            if q.is_empty() || !q.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') =>
+        {
             bail!(InvalidArgument, "`{arg}`: the quant tag after `:` must be like Q4_K_M or IQ4_XS")
         }
         Some(q) => Some(q.to_string()),
@@ -58,7 +60,10 @@ pub fn validate_repo_id(repo: &str) -> Result<()> {
     };
     match repo.split_once('/') {
         Some((org, name)) if ok_part(org) && ok_part(name) => Ok(()),
-        _ => bail!(InvalidArgument, "field `repo`: `{repo}` is not a Hugging Face repo id like `Qwen/Qwen2.5-1.5B-Instruct-GGUF`"),
+        _ => bail!(
+            InvalidArgument,
+            "field `repo`: `{repo}` is not a Hugging Face repo id like `Qwen/Qwen2.5-1.5B-Instruct-GGUF`"
+        ),
     }
 }
 
@@ -100,7 +105,9 @@ pub fn validate_rfilename(name: &str) -> Result<()> {
     if bad {
         return Err(Error::new(
             ErrorCode::InvalidRepoListing,
-            format!("the hub listed an unsafe file name {name:?} (absolute, or with `..`); refusing to use this listing"),
+            format!(
+                "the hub listed an unsafe file name {name:?} (absolute, or with `..`); refusing to use this listing"
+            ),
         )
         .with_field("file", json!(name)));
     }
@@ -205,7 +212,9 @@ fn is_quant_token(t: &str) -> bool {
     let Some(rest) = ["iq", "tq", "mxfp", "q"].iter().find_map(|p| t.strip_prefix(p)) else { return false };
     let mut parts = rest.split('_');
     let head = parts.next().unwrap_or("");
-    !head.is_empty() && head.bytes().all(|b| b.is_ascii_digit()) && parts.all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric()))
+    !head.is_empty()
+        && head.bytes().all(|b| b.is_ascii_digit())
+        && parts.all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
 /// The quant tag a file name carries (`Qwen2.5-1.5B-Instruct-Q4_K_M.gguf` → `Q4_K_M`), for messages.
@@ -249,14 +258,20 @@ pub fn choose(names: &[String], quant: Option<&str>, filename: Option<&str>, wha
         }
         if !names.iter().any(|n| n == f) {
             let (_, files) = available(&groups(names, false).unwrap_or_default());
-            return Err(Error::new(ErrorCode::FileNotFound, format!("{f} is not in {what}; its GGUFs: {}", list(&files)))
-                .with_field("available_files", json!(files)));
+            return Err(Error::new(
+                ErrorCode::FileNotFound,
+                format!("{f} is not in {what}; its GGUFs: {}", list(&files)),
+            )
+            .with_field("available_files", json!(files)));
         }
         if let Some(q) = quant {
             warnings.push(("quant_ignored", format!("`filename` {f} was given, so the quant {q} is ignored")));
         }
         let group = match split_parts(f) {
-            Some(_) => groups(names, true)?.into_iter().find(|g| g.files.iter().any(|x| x == f)).expect("a listed shard is in a group"),
+            Some(_) => groups(names, true)?
+                .into_iter()
+                .find(|g| g.files.iter().any(|x| x == f))
+                .expect("a listed shard is in a group"),
             None => Group { files: vec![f.to_string()] },
         };
         return Ok(Choice { group, warnings });
@@ -273,7 +288,12 @@ pub fn choose(names: &[String], quant: Option<&str>, filename: Option<&str>, wha
             let others: Vec<&str> = hits[1..].iter().map(|g| g.first()).collect();
             warnings.push((
                 "ambiguous_quant",
-                format!("{} files match {q}; took {} (others: {}); pass `filename` to choose", hits.len(), hits[0].first(), others.join(", ")),
+                format!(
+                    "{} files match {q}; took {} (others: {}); pass `filename` to choose",
+                    hits.len(),
+                    hits[0].first(),
+                    others.join(", ")
+                ),
             ));
         }
         hits.first().map(|g| (*g).clone())
@@ -283,9 +303,12 @@ pub fn choose(names: &[String], quant: Option<&str>, filename: Option<&str>, wha
             Some(group) => Ok(Choice { group, warnings }),
             None => {
                 let (quants, files) = available(&all);
-                Err(Error::new(ErrorCode::QuantNotFound, format!("no {q} GGUF in {what}; available: {}", list(&quants_or_files(&quants, &files))))
-                    .with_field("available", json!(quants))
-                    .with_field("available_files", json!(files)))
+                Err(Error::new(
+                    ErrorCode::QuantNotFound,
+                    format!("no {q} GGUF in {what}; available: {}", list(&quants_or_files(&quants, &files))),
+                )
+                .with_field("available", json!(quants))
+                .with_field("available_files", json!(files)))
             }
         };
     }
@@ -363,7 +386,10 @@ mod tests {
 
     #[test]
     fn repo_args() {
-        assert_eq!(parse_repo_arg("Qwen/Qwen2.5-1.5B-Instruct-GGUF:Q8_0").unwrap(), RepoArg { repo: "Qwen/Qwen2.5-1.5B-Instruct-GGUF".into(), quant: Some("Q8_0".into()) });
+        assert_eq!(
+            parse_repo_arg("Qwen/Qwen2.5-1.5B-Instruct-GGUF:Q8_0").unwrap(),
+            RepoArg { repo: "Qwen/Qwen2.5-1.5B-Instruct-GGUF".into(), quant: Some("Q8_0".into()) }
+        );
         assert_eq!(parse_repo_arg("hf.co/a/b").unwrap(), RepoArg { repo: "a/b".into(), quant: None });
         for bad in ["a", "a/b/c", "../b", "a/..", "a/b:", "/a/b", "a--x/b", "a/b:Q4 K"] {
             assert!(parse_repo_arg(bad).is_err(), "{bad}");
@@ -373,7 +399,8 @@ mod tests {
 
     #[test]
     fn unsafe_names() {
-        for bad in ["/etc/passwd", "../x.gguf", "a/../../x.gguf", "a//b.gguf", "a\\..\\b.gguf", "./x.gguf", "C:x.gguf"] {
+        for bad in ["/etc/passwd", "../x.gguf", "a/../../x.gguf", "a//b.gguf", "a\\..\\b.gguf", "./x.gguf", "C:x.gguf"]
+        {
             assert_eq!(validate_rfilename(bad).unwrap_err().code, ErrorCode::InvalidRepoListing, "{bad}");
         }
         validate_rfilename("Q4_K_M/model-00001-of-00002.gguf").unwrap();

@@ -75,7 +75,8 @@ impl CEngine {
         let events = Box::new(Events::default());
         let c = CString::new(config).unwrap();
         // SAFETY: c is valid; the callback and its Events outlive the engine (dropped after destroy).
-        let raw = unsafe { llb::ffi::llb_chat_create(c.as_ptr(), Some(record), &*events as *const Events as *mut c_void) };
+        let raw =
+            unsafe { llb::ffi::llb_chat_create(c.as_ptr(), Some(record), &*events as *const Events as *mut c_void) };
         if raw.is_null() {
             let last = events.seen.lock().unwrap().last().cloned().unwrap_or(Value::Null);
             return Err(last);
@@ -86,7 +87,8 @@ impl CEngine {
     /// One compute thread: cargo runs tests in parallel, and ggml's thread pool spin-waits, so
     /// more compute threads than cores would mostly spin.
     pub fn open_model(path: &std::path::Path) -> CEngine {
-        Self::open(&serde_json::json!({"model_path": path, "n_ctx": 4096, "n_threads": 1})).unwrap_or_else(|e| panic!("create failed: {e}"))
+        Self::open(&serde_json::json!({"model_path": path, "n_ctx": 4096, "n_threads": 1}))
+            .unwrap_or_else(|e| panic!("create failed: {e}"))
     }
 
     pub fn infer(&self, req: &Value) -> Value {
@@ -124,14 +126,21 @@ pub fn accumulate(chunks: &[Value]) -> Value {
             for tc in d["tool_calls"].as_array().into_iter().flatten() {
                 let i = tc["index"].as_u64().expect("tool call delta without index") as usize;
                 if i == calls.len() {
-                    assert!(tc["id"].is_string() && tc["function"]["name"].is_string(), "first delta of a call needs id and name: {tc}");
+                    assert!(
+                        tc["id"].is_string() && tc["function"]["name"].is_string(),
+                        "first delta of a call needs id and name: {tc}"
+                    );
                     assert_eq!(tc["function"]["arguments"], "", "first delta carries empty arguments");
                     assert_eq!(tc["type"], "function");
                     calls.push(serde_json::json!({"id": tc["id"], "type": "function", "function": {"name": tc["function"]["name"], "arguments": ""}}));
                 } else {
                     assert!(i < calls.len(), "delta for unknown call index {i}");
-                    assert!(tc.get("id").is_none() && tc["function"].get("name").is_none(), "later deltas carry arguments only: {tc}");
-                    let a = calls[i]["function"]["arguments"].as_str().unwrap().to_string() + tc["function"]["arguments"].as_str().unwrap_or("");
+                    assert!(
+                        tc.get("id").is_none() && tc["function"].get("name").is_none(),
+                        "later deltas carry arguments only: {tc}"
+                    );
+                    let a = calls[i]["function"]["arguments"].as_str().unwrap().to_string()
+                        + tc["function"]["arguments"].as_str().unwrap_or("");
                     calls[i]["function"]["arguments"] = Value::String(a);
                 }
             }

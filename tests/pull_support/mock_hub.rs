@@ -18,9 +18,9 @@
 //! bytes, ignore `Range`, corrupt a byte, answer a status, rate-limit, send slowly.
 #![allow(dead_code)]
 
+use serde_json::{json, Value};
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
-use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -62,7 +62,14 @@ impl MockFile {
     pub fn lfs(name: &str, data: Vec<u8>) -> MockFile {
         let sha256 = hex(&Sha256::digest(&data));
         let pointer = format!("version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {}\n", data.len());
-        MockFile { name: name.into(), size: data.len() as u64, sha256, blob_id: git_oid(pointer.as_bytes()), body: Body::Mem(Arc::new(data)), lfs: true }
+        MockFile {
+            name: name.into(),
+            size: data.len() as u64,
+            sha256,
+            blob_id: git_oid(pointer.as_bytes()),
+            body: Body::Mem(Arc::new(data)),
+            lfs: true,
+        }
     }
 
     /// An LFS file served from disk (large fixtures); hashed once here.
@@ -81,12 +88,26 @@ impl MockFile {
         }
         let sha256 = hex(&h.finalize());
         let pointer = format!("version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n");
-        MockFile { name: name.into(), size, sha256, blob_id: git_oid(pointer.as_bytes()), body: Body::Disk(Arc::new(path.to_path_buf())), lfs: true }
+        MockFile {
+            name: name.into(),
+            size,
+            sha256,
+            blob_id: git_oid(pointer.as_bytes()),
+            body: Body::Disk(Arc::new(path.to_path_buf())),
+            lfs: true,
+        }
     }
 
     /// A file stored in git itself (no LFS): the listing has only its `blobId`.
     pub fn git(name: &str, data: Vec<u8>) -> MockFile {
-        MockFile { name: name.into(), size: data.len() as u64, sha256: hex(&Sha256::digest(&data)), blob_id: git_oid(&data), body: Body::Mem(Arc::new(data)), lfs: false }
+        MockFile {
+            name: name.into(),
+            size: data.len() as u64,
+            sha256: hex(&Sha256::digest(&data)),
+            blob_id: git_oid(&data),
+            body: Body::Mem(Arc::new(data)),
+            lfs: false,
+        }
     }
 }
 
@@ -219,7 +240,11 @@ impl Resp {
         self
     }
     fn json(status: u16, v: &Value) -> Resp {
-        Resp { status, headers: vec![("Content-Type".into(), "application/json".into())], payload: Payload::Bytes(v.to_string().into_bytes()) }
+        Resp {
+            status,
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            payload: Payload::Bytes(v.to_string().into_bytes()),
+        }
     }
     /// An error as the hub sends it.
     fn hub_error(status: u16, code: Option<&str>, msg: &str) -> Resp {
@@ -357,7 +382,8 @@ fn serve(conn: TcpStream, is_cdn: bool, state: &Arc<Mutex<State>>, endpoint: &st
         }
     }
     let get = |k: &str| headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let (path, query) = target.split_once('?').map(|(p, q)| (p.to_string(), q.to_string())).unwrap_or((target.clone(), String::new()));
+    let (path, query) =
+        target.split_once('?').map(|(p, q)| (p.to_string(), q.to_string())).unwrap_or((target.clone(), String::new()));
     let route = if is_cdn {
         Route::Cdn
     } else if path.starts_with("/api/models/") {
@@ -365,7 +391,8 @@ fn serve(conn: TcpStream, is_cdn: bool, state: &Arc<Mutex<State>>, endpoint: &st
     } else {
         Route::Resolve
     };
-    let range = get("range").and_then(|r| r.strip_prefix("bytes=").and_then(|r| r.split('-').next()).and_then(|a| a.parse::<u64>().ok()));
+    let range = get("range")
+        .and_then(|r| r.strip_prefix("bytes=").and_then(|r| r.split('-').next()).and_then(|a| a.parse::<u64>().ok()));
     let (resp, fault, log_id) = {
         let mut st = state.lock().unwrap();
         let fault = match st.faults.iter().position(|(r, _, n)| *r == route && *n > 0) {
@@ -381,7 +408,11 @@ fn serve(conn: TcpStream, is_cdn: bool, state: &Arc<Mutex<State>>, endpoint: &st
         };
         let resp = match (&fault, method.as_str()) {
             (Some(Fault::RateLimit(h)), _) => {
-                let mut r = Resp::hub_error(429, None, "You have exceeded our hourly quotas for action 'resolve'. We invite you to retry later.");
+                let mut r = Resp::hub_error(
+                    429,
+                    None,
+                    "You have exceeded our hourly quotas for action 'resolve'. We invite you to retry later.",
+                );
                 for (k, v) in h {
                     r = r.header(k, v.clone());
                 }
@@ -393,7 +424,14 @@ fn serve(conn: TcpStream, is_cdn: bool, state: &Arc<Mutex<State>>, endpoint: &st
                 let ignore_range = matches!(fault, Some(Fault::IgnoreRange));
                 match route {
                     Route::Api => api(&st, &path, &query, token.as_deref()),
-                    Route::Resolve => resolve(&st, &path, token.as_deref(), cdn_url, endpoint, if ignore_range { None } else { range }),
+                    Route::Resolve => resolve(
+                        &st,
+                        &path,
+                        token.as_deref(),
+                        cdn_url,
+                        endpoint,
+                        if ignore_range { None } else { range },
+                    ),
                     Route::Cdn => cdn(&st, &path, if ignore_range { None } else { range }),
                 }
             }
@@ -402,7 +440,14 @@ fn serve(conn: TcpStream, is_cdn: bool, state: &Arc<Mutex<State>>, endpoint: &st
         // Logged on arrival, so a client that has its answer always finds its request here.
         st.next_id += 1;
         let id = st.next_id;
-        st.log.push(Logged { id, route, target: target.clone(), headers: headers.clone(), status: resp.status, sent: 0 });
+        st.log.push(Logged {
+            id,
+            route,
+            target: target.clone(),
+            headers: headers.clone(),
+            status: resp.status,
+            sent: 0,
+        });
         (resp, fault, id)
     };
     let mut out = conn;
@@ -436,7 +481,14 @@ fn serve(conn: TcpStream, is_cdn: bool, state: &Arc<Mutex<State>>, endpoint: &st
     Ok(())
 }
 
-fn send_file(out: &mut TcpStream, body: &Body, start: u64, len: u64, size: u64, fault: &Option<Fault>) -> io::Result<u64> {
+fn send_file(
+    out: &mut TcpStream,
+    body: &Body,
+    start: u64,
+    len: u64,
+    size: u64,
+    fault: &Option<Fault>,
+) -> io::Result<u64> {
     let corrupt_at = matches!(fault, Some(Fault::Corrupt)).then_some(size / 2);
     let slow = match fault {
         Some(Fault::Slow { chunk, pause_ms }) => Some((*chunk, *pause_ms)),
@@ -561,7 +613,9 @@ fn api(st: &State, path: &str, query: &str, token: Option<&str>) -> Resp {
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    let Some(commit) = repo.commit_of(&rev) else { return Resp::hub_error(404, Some("RevisionNotFound"), &format!("Invalid rev id: {rev}")) };
+    let Some(commit) = repo.commit_of(&rev) else {
+        return Resp::hub_error(404, Some("RevisionNotFound"), &format!("Invalid rev id: {rev}"));
+    };
     if query.split('&').any(|q| q == "expand=gguf" || q == "expand%5B%5D=gguf") {
         let mut v = json!({"_id": "mock", "id": repo.id});
         if let Some(t) = &repo.gguf_template {
@@ -612,7 +666,9 @@ fn resolve(st: &State, path: &str, token: Option<&str>, cdn_url: &str, _endpoint
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    let Some(commit) = repo.commit_of(&rev) else { return Resp::hub_error(404, Some("RevisionNotFound"), &format!("Invalid rev id: {rev}")) };
+    let Some(commit) = repo.commit_of(&rev) else {
+        return Resp::hub_error(404, Some("RevisionNotFound"), &format!("Invalid rev id: {rev}"));
+    };
     let f = match repo.files.iter().find(|f| f.name == file) {
         Some(f) if !repo.missing_on_resolve.contains(&file) => f,
         _ => return Resp::hub_error(404, Some("EntryNotFound"), &format!("{file} does not exist on \"{rev}\"")),
@@ -631,9 +687,17 @@ fn resolve(st: &State, path: &str, token: Option<&str>, cdn_url: &str, _endpoint
 fn ranged(f: &MockFile, range: Option<u64>) -> Resp {
     match range {
         Some(a) if a >= f.size => Resp::new(416).header("Content-Range", format!("bytes */{}", f.size)),
-        Some(a) => Resp { status: 206, headers: vec![], payload: Payload::File { body: f.body.clone(), start: a, len: f.size - a, size: f.size } }
-            .header("Content-Range", format!("bytes {a}-{}/{}", f.size - 1, f.size)),
-        None => Resp { status: 200, headers: vec![], payload: Payload::File { body: f.body.clone(), start: 0, len: f.size, size: f.size } },
+        Some(a) => Resp {
+            status: 206,
+            headers: vec![],
+            payload: Payload::File { body: f.body.clone(), start: a, len: f.size - a, size: f.size },
+        }
+        .header("Content-Range", format!("bytes {a}-{}/{}", f.size - 1, f.size)),
+        None => Resp {
+            status: 200,
+            headers: vec![],
+            payload: Payload::File { body: f.body.clone(), start: 0, len: f.size, size: f.size },
+        },
     }
     .header("Accept-Ranges", "bytes")
 }
