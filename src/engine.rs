@@ -95,6 +95,21 @@ pub fn random_id(prefix: &str, len: usize) -> String {
     s
 }
 
+/// llama.cpp's buffer protocol: `call(buf)` returns the count written, or minus the size it needs.
+/// Calls once, and once more with the size asked for; None when it still fails.
+fn with_growing_buffer<T: Clone + Default>(initial: usize, mut call: impl FnMut(&mut [T]) -> i32) -> Option<Vec<T>> {
+    let mut buf = vec![T::default(); initial];
+    let mut n = call(&mut buf);
+    if n < 0 {
+        buf.resize((-n) as usize, T::default());
+        n = call(&mut buf);
+    }
+    (n >= 0).then(|| {
+        buf.truncate(n as usize);
+        buf
+    })
+}
+
 /// Tokenizes `text` (special tokens parsed when `parse_special`), without adding BOS/EOS.
 ///
 /// # Safety
@@ -106,23 +121,9 @@ pub unsafe fn tokenize(
 ) -> Result<Vec<sys::llama_token>> {
     let len =
         i32::try_from(text.len()).map_err(|_| Error::new(ErrorCode::ContextOverflow, "prompt larger than 2 GB"))?;
-    let mut buf = vec![0 as sys::llama_token; text.len() + 4];
-    // SAFETY: buf has the declared capacity; text is valid for len bytes.
-    let mut n = unsafe {
-        sys::llama_tokenize(
-            vocab,
-            text.as_ptr() as *const _,
-            len,
-            buf.as_mut_ptr(),
-            buf.len() as i32,
-            false,
-            parse_special,
-        )
-    };
-    if n < 0 {
-        buf.resize((-n) as usize, 0);
-        // SAFETY: as above, with the size llama.cpp asked for.
-        n = unsafe {
+    with_growing_buffer(text.len() + 4, |buf: &mut [sys::llama_token]| {
+        // SAFETY: buf holds buf.len() tokens; text is valid for len bytes; vocab per the contract.
+        unsafe {
             sys::llama_tokenize(
                 vocab,
                 text.as_ptr() as *const _,
@@ -132,13 +133,9 @@ pub unsafe fn tokenize(
                 false,
                 parse_special,
             )
-        };
-    }
-    if n < 0 {
-        bail!(Internal, "tokenization failed");
-    }
-    buf.truncate(n as usize);
-    Ok(buf)
+        }
+    })
+    .ok_or_else(|| Error::new(ErrorCode::Internal, "tokenization failed"))
 }
 
 /// The bytes of one token (special tokens rendered when `special`).
@@ -146,19 +143,11 @@ pub unsafe fn tokenize(
 /// # Safety
 /// `vocab` must be a valid llama vocabulary for the duration of the call.
 pub unsafe fn piece(vocab: *const sys::llama_vocab, token: sys::llama_token, special: bool) -> Vec<u8> {
-    let mut buf = vec![0u8; 64];
-    // SAFETY: buf has the declared capacity.
-    let mut n =
-        unsafe { sys::llama_token_to_piece(vocab, token, buf.as_mut_ptr() as *mut _, buf.len() as i32, 0, special) };
-    if n < 0 {
-        buf.resize((-n) as usize, 0);
-        // SAFETY: as above, with the size llama.cpp asked for.
-        n = unsafe {
-            sys::llama_token_to_piece(vocab, token, buf.as_mut_ptr() as *mut _, buf.len() as i32, 0, special)
-        };
-    }
-    buf.truncate(n.max(0) as usize);
-    buf
+    with_growing_buffer(64, |buf: &mut [u8]| {
+        // SAFETY: buf holds buf.len() bytes; vocab per the contract.
+        unsafe { sys::llama_token_to_piece(vocab, token, buf.as_mut_ptr() as *mut _, buf.len() as i32, 0, special) }
+    })
+    .unwrap_or_default()
 }
 
 /// Length of the longest prefix of `bytes` that is complete UTF-8: an incomplete multi-byte
