@@ -228,13 +228,14 @@ fn build_shim(manifest: &Path, src: &Path) {
         src.join("common/chat.cpp").display(),
         env::var("LLB_PIN_CHAT_STACK").unwrap_or_default()
     );
-    for f in ["native/shim.cpp", "native/shim.h", "native/chat_templates_layout.h"] {
+    for f in ["native/shim.cpp", "native/isolate.cpp", "native/guard.h", "native/shim.h", "native/chat_templates_layout.h"] {
         println!("cargo:rerun-if-changed={f}");
     }
     cc::Build::new()
         .cpp(true)
         .std("c++17")
         .file(manifest.join("native/shim.cpp"))
+        .file(manifest.join("native/isolate.cpp"))
         .include(manifest.join("native"))
         .opt_level(2)
         .pic(true)

@@ -6,6 +6,7 @@
 #include "shim.h"
 
 #include "chat_templates_layout.h"
+#include "guard.h"
 
 #include "chat.h"
 #include "json-schema-to-grammar.h"
@@ -38,59 +39,9 @@ struct llb_shim_templates {
     bool chatml_fallback  = false;
 };
 
+using namespace llb_shim;
+
 namespace {
-
-// A failure with a precise status, thrown inside the shim only.
-struct shim_error : std::runtime_error {
-    llb_shim_status status;
-    shim_error(llb_shim_status s, const std::string & msg) : std::runtime_error(msg), status(s) {}
-};
-
-char * dup_string(const std::string & s) {
-    char * p = static_cast<char *>(std::malloc(s.size() + 1));
-    if (!p) {
-        throw std::bad_alloc();
-    }
-    std::memcpy(p, s.data(), s.size());
-    p[s.size()] = '\0';
-    return p;
-}
-
-void set_err(char ** err, const std::string & msg) {
-    if (!err) {
-        return;
-    }
-    // Allocation failure while reporting a failure: report nothing rather than throw.
-    char * p = static_cast<char *>(std::malloc(msg.size() + 1));
-    if (p) {
-        std::memcpy(p, msg.data(), msg.size());
-        p[msg.size()] = '\0';
-    }
-    *err = p;
-}
-
-template <typename F>
-llb_shim_status guard(char ** err, F && body) noexcept {
-    if (err) {
-        *err = nullptr;
-    }
-    try {
-        body();
-        return LLB_SHIM_OK;
-    } catch (const shim_error & e) {
-        set_err(err, e.what());
-        return e.status;
-    } catch (const std::bad_alloc &) {
-        set_err(err, "out of memory");
-        return LLB_SHIM_INTERNAL;
-    } catch (const std::exception & e) {
-        set_err(err, e.what());
-        return LLB_SHIM_INTERNAL;
-    } catch (...) {
-        set_err(err, "unknown C++ exception");
-        return LLB_SHIM_INTERNAL;
-    }
-}
 
 // ---- templates -----------------------------------------------------------------------------
 
@@ -182,6 +133,14 @@ void llb_shim_string_free(char * s) {
     std::free(s);
 }
 
+void llb_shim_testing_throw_next(void) {
+    throw_next = true;
+}
+
+void llb_shim_testing_clear(void) {
+    throw_next = false;
+}
+
 llb_shim_status llb_shim_templates_from_strings(const char * default_src, const char * tool_use_src,
                                                 const char * bos_text, const char * eos_text,
                                                 int32_t add_bos, int32_t add_eos,
@@ -206,8 +165,16 @@ llb_shim_status llb_shim_templates_from_strings(const char * default_src, const 
         try {
             t->tmpls = common_chat_templates_init(nullptr, override_src, bos_text ? bos_text : "",
                                                   eos_text ? eos_text : "");
-        } catch (const std::exception & e) {
-            throw shim_error(LLB_SHIM_TEMPLATE, std::string("chat template failed to parse: ") + e.what());
+        } catch (const std::exception &) {
+            // init rethrows a sliced std::exception ("std::exception"): build the template alone
+            // to recover the parser's message.
+            std::string msg = "unknown error";
+            try {
+                common_chat_template probe(override_src, bos_text ? bos_text : "", eos_text ? eos_text : "");
+            } catch (const std::exception & e) {
+                msg = e.what();
+            }
+            throw shim_error(LLB_SHIM_TEMPLATE, "chat template failed to parse: " + msg);
         }
         t->tmpls->add_bos               = add_bos != 0;
         t->tmpls->add_eos               = add_eos != 0;

@@ -53,6 +53,13 @@ void llb_shim_set_logging(int32_t verbose);
 void llb_shim_string_free(char *s);
 
 /*
+ * Test-only fault injection (src/fault.rs): the next shim call on this thread throws a C++
+ * exception inside its guard (reported as LLB_SHIM_INTERNAL); _clear disarms.
+ */
+void llb_shim_testing_throw_next(void);
+void llb_shim_testing_clear(void);
+
+/*
  * Builds templates the way common_chat_templates_init(model, "") does, from strings read from the
  * header: `default_src` and `tool_use_src` may be NULL (absent). bos/eos are the token texts.
  */
@@ -77,6 +84,20 @@ void llb_shim_templates_free(llb_shim_templates *t);
  * chat_format comes from applying the templates to a one-tool probe request.
  */
 llb_shim_status llb_shim_templates_probe(const llb_shim_templates *t, char **out_json, char **err);
+
+/*
+ * The caps probe of llb_shim_templates_probe on templates built as llb_shim_templates_from_strings
+ * does, run in a fork()ed child process (native/isolate.cpp): a hostile template that recurses
+ * without end, loops, or allocates without bound ends the child, not the host. The child also
+ * renders a one-message conversation (failure: LLB_SHIM_TEMPLATE) and a tool round trip (only a
+ * crash, hang or memory blow-up counts). Bounds: `timeout_ms` of wall-clock time, `mem_limit_mb`
+ * of address space beyond the host's current size (0: no memory bound), an 8 MiB stack.
+ * A template that exceeds them, crashes the child or fails to parse is LLB_SHIM_TEMPLATE;
+ * fork/pipe failures are LLB_SHIM_INTERNAL. *out_json as llb_shim_templates_probe.
+ */
+llb_shim_status llb_shim_probe_isolated(const char *default_src, const char *tool_use_src, const char *bos_text,
+                                        const char *eos_text, int32_t add_bos, int32_t add_eos,
+                                        uint32_t timeout_ms, uint32_t mem_limit_mb, char **out_json, char **err);
 
 /*
  * common_chat_templates_apply. `inputs_json`:

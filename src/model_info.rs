@@ -6,7 +6,7 @@
 
 use crate::error::{bail, Error, ErrorCode, Result};
 use crate::gguf::{self, GgufHeader, HeaderError};
-use crate::shim::{Probe, Templates};
+use crate::shim::{Probe, ProbeLimits};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -35,11 +35,10 @@ pub fn read_header(path: &Path) -> Result<GgufHeader> {
     })
 }
 
-/// Header + templates + probe: the caps gate's inputs, shared by model_info and chat create.
+/// Header + probe: the caps gate's inputs, shared by model_info, chat create and pull.
 pub struct Inspection {
     pub file_size: u64,
     pub header: GgufHeader,
-    pub templates: Templates,
     pub probe: Probe,
 }
 
@@ -47,9 +46,9 @@ pub fn inspect(path: &Path) -> Result<Inspection> {
     crate::init_backend();
     let file_size = check_model_path(path)?;
     let header = read_header(path)?;
-    let templates = Templates::from_header(&header)?;
-    let probe = templates.probe()?;
-    Ok(Inspection { file_size, header, templates, probe })
+    // The template is untrusted code: it runs first in a bounded child process (shim.rs).
+    let probe = Probe::isolated(&header, ProbeLimits::from_env())?;
+    Ok(Inspection { file_size, header, probe })
 }
 
 /// The error every refusal of a non-tool model carries (chat create, pull).
@@ -70,6 +69,7 @@ pub fn tools_unsupported(path: &Path, probe: &Probe) -> Error {
 
 pub fn model_info(path: &Path) -> Result<Value> {
     let ins = inspect(path)?;
+    crate::fault::site("model_info");
     let h = &ins.header;
     let p = &ins.probe;
     Ok(json!({

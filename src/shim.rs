@@ -76,8 +76,73 @@ impl Probe {
         self.cap("supports_tools") && self.cap("supports_tool_calls")
     }
 
+    /// The caps probe of a header's templates, run in a child process bounded by `limits`
+    /// (native/isolate.cpp): a template that crashes, hangs or exhausts memory there is a
+    /// `template_error`, and the host process is untouched.
+    pub fn isolated(h: &GgufHeader, limits: ProbeLimits) -> Result<Probe> {
+        let s = HeaderStrings::new(h)?;
+        let mut out: *mut c_char = ptr::null_mut();
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: every CString outlives the call; out/err are valid out-pointers.
+        let st = unsafe {
+            sys::llb_shim_probe_isolated(
+                s.ptr(0),
+                s.ptr(1),
+                s.ptr(2),
+                s.ptr(3),
+                h.add_bos as i32,
+                h.add_eos as i32,
+                limits.timeout_ms,
+                limits.mem_limit_mb,
+                &mut out,
+                &mut err,
+            )
+        };
+        check(st, err, "probing the chat template")?;
+        take_json(out, "caps probe")
+    }
+
     pub fn supports_parallel_tool_calls(&self) -> bool {
         self.cap("supports_parallel_tool_calls")
+    }
+}
+
+/// Bounds of the isolated caps probe. Real templates probe in 2-10 ms and a few MB.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeLimits {
+    pub timeout_ms: u32,
+    pub mem_limit_mb: u32,
+}
+
+impl ProbeLimits {
+    pub const DEFAULT: ProbeLimits = ProbeLimits { timeout_ms: 10_000, mem_limit_mb: 1024 };
+
+    /// DEFAULT, with `LLB_PROBE_TIMEOUT_MS` / `LLB_PROBE_MEMORY_MB` when set (tests, slow hosts).
+    pub fn from_env() -> ProbeLimits {
+        let var = |k: &str, d: u32| std::env::var(k).ok().and_then(|v| v.parse().ok()).filter(|v| *v > 0).unwrap_or(d);
+        ProbeLimits {
+            timeout_ms: var("LLB_PROBE_TIMEOUT_MS", Self::DEFAULT.timeout_ms),
+            mem_limit_mb: var("LLB_PROBE_MEMORY_MB", Self::DEFAULT.mem_limit_mb),
+        }
+    }
+}
+
+/// A header's template strings as C strings: default, tool_use, BOS, EOS.
+struct HeaderStrings([Option<CString>; 4]);
+
+impl HeaderStrings {
+    fn new(h: &GgufHeader) -> Result<HeaderStrings> {
+        let opt = |s: &Option<String>, what| s.as_deref().map(|s| cstring(s, what)).transpose();
+        Ok(HeaderStrings([
+            opt(&h.chat_template, "chat template")?,
+            opt(&h.tool_use_template, "tool_use template")?,
+            opt(&h.bos_text, "BOS text")?,
+            opt(&h.eos_text, "EOS text")?,
+        ]))
+    }
+
+    fn ptr(&self, i: usize) -> *const c_char {
+        self.0[i].as_ref().map_or(ptr::null(), |c| c.as_ptr())
     }
 }
 
@@ -92,23 +157,19 @@ unsafe impl Send for Templates {}
 unsafe impl Sync for Templates {}
 
 impl Templates {
-    /// As `common_chat_templates_init(model, "")`, from header strings.
+    /// As `common_chat_templates_init(model, "")`, from header strings. In-process: only for
+    /// templates already probed by [`Probe::isolated`] (or trusted ones, in tests).
     pub fn from_header(h: &GgufHeader) -> Result<Templates> {
-        let opt = |s: &Option<String>, what| s.as_deref().map(|s| cstring(s, what)).transpose();
-        let def = opt(&h.chat_template, "chat template")?;
-        let tool = opt(&h.tool_use_template, "tool_use template")?;
-        let bos = opt(&h.bos_text, "BOS text")?;
-        let eos = opt(&h.eos_text, "EOS text")?;
-        let p = |c: &Option<CString>| c.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        let s = HeaderStrings::new(h)?;
         let mut raw = ptr::null_mut();
         let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: every CString outlives the call; raw/err are valid out-pointers.
         let st = unsafe {
             sys::llb_shim_templates_from_strings(
-                p(&def),
-                p(&tool),
-                p(&bos),
-                p(&eos),
+                s.ptr(0),
+                s.ptr(1),
+                s.ptr(2),
+                s.ptr(3),
                 h.add_bos as i32,
                 h.add_eos as i32,
                 &mut raw,
