@@ -225,6 +225,7 @@ impl Engine {
         let model = model::acquire(&path)?;
         // SAFETY: the model is alive for the call.
         let templates = unsafe { Templates::from_model(model.raw()) }?;
+        crate::fault::site("create");
         let n_ctx = config.n_ctx.unwrap_or(4096);
         let n_batch = config.n_batch.unwrap_or(512).min(n_ctx);
         let threads = config
@@ -287,7 +288,17 @@ impl Engine {
         let mut inner = match self.inner.try_lock() {
             Ok(g) => g,
             Err(TryLockError::WouldBlock) => bail!(Busy, "this engine is running another request"),
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::Poisoned(p)) => {
+                // A request panicked half way (caught at the C boundary): its KV cache and
+                // bookkeeping may disagree, so start over from an empty cache.
+                self.inner.clear_poison();
+                let mut inner = p.into_inner();
+                inner.cached.clear();
+                inner.last = None;
+                // SAFETY: ctx is live and owned by this engine, which we hold locked.
+                unsafe { sys::llama_memory_clear(sys::llama_get_memory(inner.ctx.0), true) };
+                inner
+            }
         };
         let req: ChatRequest = request::parse(request_json, "request")?;
         req.validate()?;
@@ -648,6 +659,7 @@ impl Engine {
                 break;
             }
         }
+        crate::fault::site("infer");
         let t_prompt = t_start.elapsed();
         let t_gen = Instant::now();
 

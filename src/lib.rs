@@ -6,6 +6,7 @@
 pub mod constrain;
 pub mod engine;
 pub mod error;
+pub mod fault;
 pub mod ffi;
 pub mod fixture;
 pub mod gguf;
