@@ -41,13 +41,22 @@ final class Fixtures {
         return path;
     }
 
+    /** Header and tokenizer only, with a chat template given as text (hostile ones, say). */
+    static Path templateModel(Path dir, String name, String templateText) {
+        return run(dir.resolve(name), List.of("--vocab-only", "--template-text", templateText));
+    }
+
     private static Path generate(Path dir, String name, String template) {
-        Path out = dir.resolve(name);
+        return run(dir.resolve(name), List.of("--template", template));
+    }
+
+    private static Path run(Path out, List<String> templateArgs) {
         if (Files.exists(out)) {
             return out;
         }
-        List<String> command = List.of(cli().toString(), "fixture", "--vocab", "qwen2", "--template", template,
-                "--out", out.toString());
+        List<String> command = new java.util.ArrayList<>(List.of(cli().toString(), "fixture", "--vocab", "qwen2"));
+        command.addAll(templateArgs);
+        command.addAll(List.of("--out", out.toString()));
         try {
             Process p = new ProcessBuilder(command).redirectErrorStream(true).start();
             String output = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
