@@ -57,23 +57,6 @@ struct child_job {
     char *          text   = nullptr;  // probe JSON on success, else the message
 };
 
-// A conversation every chat template must render: one user message, no tools.
-const char * PLAIN_INPUTS = R"({"messages":[{"role":"user","content":"Hello"}],"add_generation_prompt":true})";
-
-// A whole tool round trip, rendered only to exercise the template: its exceptions don't count (a
-// template may refuse a shape), a crash, a hang or a memory blow-up does.
-const char * TOOL_ROUND_TRIP_INPUTS = R"({
-  "messages":[
-    {"role":"system","content":"You are a helpful assistant."},
-    {"role":"user","content":"What is the weather in Paris?"},
-    {"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function",
-      "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
-    {"role":"tool","tool_call_id":"call_1","content":"{\"temperature\":21}"},
-    {"role":"user","content":"And in Rome?"}],
-  "tools":[{"type":"function","function":{"name":"get_weather","description":"Get the weather",
-    "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}],
-  "tool_choice":"auto","parallel_tool_calls":true,"add_generation_prompt":true})";
-
 void * run_probe(void * arg) {
     auto * job = static_cast<child_job *>(arg);
     llb_shim_templates * t = nullptr;
@@ -91,24 +74,12 @@ void * run_probe(void * arg) {
         llb_shim_templates_free(t);
         return nullptr;
     }
-    char * rendered = nullptr;
-    llb_shim_status st = llb_shim_templates_apply(t, PLAIN_INPUTS, &rendered, &err);
-    if (st != LLB_SHIM_OK) {
-        std::string msg = "the chat template cannot render a one-message conversation: ";
-        msg += err ? err : "(no message)";
-        llb_shim_string_free(err);
+    job->status = llb_shim_templates_exercise(t, &err);
+    if (job->status != LLB_SHIM_OK) {
+        job->text = err;
         llb_shim_string_free(probe);
-        job->status = LLB_SHIM_TEMPLATE;
-        job->text   = strdup(msg.c_str());
         llb_shim_templates_free(t);
         return nullptr;
-    }
-    llb_shim_string_free(rendered);
-    rendered = nullptr;
-    if (llb_shim_templates_apply(t, TOOL_ROUND_TRIP_INPUTS, &rendered, &err) == LLB_SHIM_OK) {
-        llb_shim_string_free(rendered);
-    } else {
-        llb_shim_string_free(err);
     }
     llb_shim_templates_free(t);
     job->status = LLB_SHIM_OK;

@@ -9,6 +9,7 @@
 #include "guard.h"
 
 #include "chat.h"
+#include "chat-auto-parser.h"
 #include "json-schema-to-grammar.h"
 #include "log.h"
 #include "peg-parser.h"
@@ -210,6 +211,45 @@ llb_shim_status llb_shim_templates_from_model(const llama_model * model, llb_shi
             throw shim_error(LLB_SHIM_TEMPLATE, std::string("chat template failed to parse: ") + e.what());
         }
         *out = t.release();
+    });
+}
+
+llb_shim_status llb_shim_templates_exercise(const llb_shim_templates * t, char ** err) {
+    return guard(err, [&] {
+        if (!t || !t->tmpls) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL argument");
+        }
+        const common_chat_templates * tmpls = t->tmpls.get();
+        // Plain Jinja renders (no format detection, no parser generation): what the template
+        // itself does with a conversation.
+        autoparser::generation_params plain;
+        plain.messages              = ojson::array({ { { "role", "user" }, { "content", "Hello" } } });
+        plain.add_generation_prompt = true;
+        try {
+            common_chat_template_direct_apply(*tmpls->template_default, plain);
+        } catch (const std::exception & e) {
+            throw shim_error(LLB_SHIM_TEMPLATE,
+                             std::string("the chat template cannot render a one-message conversation: ") + e.what());
+        }
+        autoparser::generation_params trip;
+        trip.messages = ojson::parse(R"([
+            {"role":"system","content":"You are a helpful assistant."},
+            {"role":"user","content":"What is the weather in Paris?"},
+            {"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function",
+              "function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},
+            {"role":"tool","tool_call_id":"call_1","name":"get_weather","content":"{\"temperature\":21}"},
+            {"role":"user","content":"And in Rome?"}])");
+        trip.tools = ojson::parse(R"([{"type":"function","function":{"name":"get_weather",
+            "description":"Get the weather","parameters":{"type":"object",
+            "properties":{"city":{"type":"string"}},"required":["city"]}}}])");
+        trip.add_generation_prompt = true;
+        const common_chat_template & tool_tmpl =
+            tmpls->template_tool_use ? *tmpls->template_tool_use : *tmpls->template_default;
+        try {
+            common_chat_template_direct_apply(tool_tmpl, trip);
+        } catch (const std::exception &) {
+            // A template may refuse a shape; only a crash, a hang or a blow-up counts here.
+        }
     });
 }
 

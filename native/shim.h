@@ -86,11 +86,18 @@ void llb_shim_templates_free(llb_shim_templates *t);
 llb_shim_status llb_shim_templates_probe(const llb_shim_templates *t, char **out_json, char **err);
 
 /*
+ * Renders the templates (plain Jinja, no parser generation) with a one-message conversation
+ * (failure: LLB_SHIM_TEMPLATE) and with a whole tool round trip, whose exceptions are ignored:
+ * run in the isolated probe's child so that a template that crashes, hangs or blows up on an
+ * ordinary conversation is caught there.
+ */
+llb_shim_status llb_shim_templates_exercise(const llb_shim_templates *t, char **err);
+
+/*
  * The caps probe of llb_shim_templates_probe on templates built as llb_shim_templates_from_strings
  * does, run in a fork()ed child process (native/isolate.cpp): a hostile template that recurses
  * without end, loops, or allocates without bound ends the child, not the host. The child also
- * renders a one-message conversation (failure: LLB_SHIM_TEMPLATE) and a tool round trip (only a
- * crash, hang or memory blow-up counts). Bounds: `timeout_ms` of wall-clock time, `mem_limit_mb`
+ * runs llb_shim_templates_exercise. Bounds: `timeout_ms` of wall-clock time, `mem_limit_mb`
  * of address space beyond the host's current size (0: no memory bound), an 8 MiB stack.
  * A template that exceeds them, crashes the child or fails to parse is LLB_SHIM_TEMPLATE;
  * fork/pipe failures are LLB_SHIM_INTERNAL. *out_json as llb_shim_templates_probe.
