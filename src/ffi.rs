@@ -82,9 +82,15 @@ pub extern "C" fn llb_version() -> *mut c_char {
 /// `gguf_path`: a NUL-terminated UTF-8 path; not retained after return. NULL or invalid UTF-8
 /// gives an `invalid_argument` error.
 ///
+/// The chat template is code from whoever made the file: llb parses and probes it in a
+/// short-lived `fork()`ed child process (no `exec`; it ends with `_exit`), bounded to 10 s and
+/// 1 GiB of address space, so a template that recurses without end, loops or exhausts memory
+/// is a `template_error` and never crashes or freezes the host (docs/reliability.md).
+///
 /// Errors (as `{"type":"error","code":...,"message":...}`): `invalid_argument`,
 /// `file_not_found`, `io_error`, `not_a_gguf` (bad magic, truncated or corrupt),
-/// `template_error` (the default template does not parse), `internal`.
+/// `template_error` (the template does not parse, cannot render a one-message conversation, or
+/// crashed, hung or exhausted memory in the probe), `internal`.
 ///
 /// Ownership: the caller owns the returned string; release it with `llb_string_free` exactly once.
 /// Never returns NULL.
@@ -163,7 +169,8 @@ impl HostCallback {
 /// render tool calls (llama.cpp's caps probe, `tool_use` variant preferred), this emits
 /// `{"type":"create_failure","code":"tools_unsupported","message":"Model <file> rejected: ...","caps":{...}}`
 /// to `on_event` and returns NULL, before the weights are loaded or a KV cache is allocated.
-/// There is no override. Other failures emit `create_failure` with their code
+/// There is no override. The template is probed as in `llb_model_info` (in a bounded child
+/// process). Other failures emit `create_failure` with their code
 /// (`invalid_json`, `invalid_argument` naming the field, `file_not_found`, `not_a_gguf`,
 /// `model_load_failed`, `template_error`, `context_create_failed`) and return NULL.
 ///
