@@ -452,7 +452,8 @@ llb_shim_status llb_shim_templates_probe(const llb_shim_templates * t, char ** o
             out["chat_format"]       = nullptr;
             out["tool_parser_error"] = e.what();
         }
-        *out_json = dup_string(out.dump());
+        // The error text can hold a cut multi-byte sequence of the template: replace, never throw.
+        *out_json = dup_string(out.dump(-1, ' ', false, ojson::error_handler_t::replace));
     });
 }
 

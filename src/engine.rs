@@ -206,6 +206,45 @@ enum Finish {
     Cancelled,
 }
 
+/// `n_ctx` when the config gives none (capped by the model's training context).
+const DEFAULT_N_CTX: u32 = 4096;
+/// ggml's thread limit (`GGML_MAX_N_THREADS`): more makes ggml allocate and spawn per thread.
+const MAX_THREADS: i32 = 512;
+/// The physical batch (`n_ubatch`) is `n_batch` up to this.
+const MAX_UBATCH: u32 = 512;
+
+/// Refuses an `n_ctx` whose KV cache alone (f16 keys and values for every layer, the usual
+/// layout; an estimate) would not fit in the machine's memory, instead of letting llama.cpp
+/// try to allocate and clear it.
+fn check_context_memory(model: &Model, n_ctx: u32) -> Result<()> {
+    // SAFETY: the model is alive for the calls.
+    let (n_layer, n_embd, n_head, n_head_kv) = unsafe {
+        let m = model.raw();
+        (
+            sys::llama_model_n_layer(m).max(0) as u64,
+            sys::llama_model_n_embd(m).max(0) as u64,
+            sys::llama_model_n_head(m).max(1) as u64,
+            sys::llama_model_n_head_kv(m).max(0) as u64,
+        )
+    };
+    let per_token = 2 * 2 * n_layer * (n_embd / n_head) * n_head_kv;
+    let need = per_token.saturating_mul(n_ctx as u64);
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let have = (pages.max(0) as u64).saturating_mul(page.max(0) as u64);
+    if have > 0 && need > have {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        bail!(
+            InvalidArgument,
+            "field `n_ctx`: a context of {n_ctx} tokens needs about {:.1} GiB of KV cache for this model, more than \
+             this machine's {:.1} GiB of memory",
+            gib(need),
+            gib(have)
+        );
+    }
+    Ok(())
+}
+
 impl Engine {
     /// Opens an engine. Refuses non-tool models (`tools_unsupported`) before loading weights or
     /// allocating a KV cache.
@@ -218,25 +257,41 @@ impl Engine {
         if config.n_threads.is_some_and(|t| t <= 0) {
             bail!(InvalidArgument, "field `n_threads`: must be positive");
         }
+        if let Some(t) = config.n_threads.filter(|t| *t > MAX_THREADS) {
+            bail!(InvalidArgument, "field `n_threads`: {t} is more than ggml's limit of {MAX_THREADS} threads");
+        }
         let ins = model_info::inspect(&path)?;
         if !ins.probe.supports_tools() {
             return Err(model_info::tools_unsupported(&path, &ins.probe));
         }
+        // The KV cache grows with n_ctx: past the context the model was trained for it buys
+        // nothing (llb sets no RoPE scaling) and costs memory, up to terabytes for a u32.
+        let n_ctx_train = ins.header.n_ctx_train.filter(|n| *n > 0).map(|n| n.min(u32::MAX as i64) as u32);
+        let n_ctx = match (config.n_ctx, n_ctx_train) {
+            (Some(n), Some(train)) if n > train => bail!(
+                InvalidArgument,
+                "field `n_ctx`: {n} is more than the {train} tokens of context the model was trained for"
+            ),
+            (Some(n), _) => n,
+            (None, train) => DEFAULT_N_CTX.min(train.unwrap_or(DEFAULT_N_CTX)),
+        };
+        let n_batch = config.n_batch.unwrap_or(512).min(n_ctx);
         let model = model::acquire(&path)?;
+        check_context_memory(&model, n_ctx)?;
         // SAFETY: the model is alive for the call.
         let templates = unsafe { Templates::from_model(model.raw()) }?;
         crate::fault::site("create");
-        let n_ctx = config.n_ctx.unwrap_or(4096);
-        let n_batch = config.n_batch.unwrap_or(512).min(n_ctx);
-        let threads = config
-            .n_threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(4));
+        // More threads than CPUs only spin: 512 threads on 2 CPUs made a 2-token request take minutes.
+        let cpus = std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(4);
+        let threads = config.n_threads.map_or(cpus, |t| t.min(cpus));
         // SAFETY: default params adjusted; a NULL context is handled.
         let ctx = unsafe {
             let mut cp = sys::llama_context_default_params();
             cp.n_ctx = n_ctx;
             cp.n_batch = n_batch;
-            cp.n_ubatch = n_batch;
+            // llama.cpp reserves logits for a whole physical batch (n_vocab × n_ubatch × 4 bytes:
+            // 5 GB for a 152k vocabulary at 8192); larger physical batches gain nothing on a CPU.
+            cp.n_ubatch = n_batch.min(MAX_UBATCH);
             cp.n_seq_max = 1;
             cp.n_threads = threads;
             cp.n_threads_batch = threads;
@@ -850,6 +905,11 @@ impl Engine {
             "prompt_tokens_details": {"cached_tokens": n_keep},
         });
         if stream {
+            if !emitted.role_sent {
+                // Cancelled during the prompt: the stream still opens with the role chunk.
+                self.send_delta(&id, created, json!({"role": "assistant", "content": Value::Null}), None);
+                emitted.role_sent = true;
+            }
             self.stream_diffs(&id, created, &mut emitted, &msg, &mut ids, true);
             self.send_delta(&id, created, json!({}), Some(finish_reason));
             if req.stream_options.is_some_and(|o| o.include_usage) {

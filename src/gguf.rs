@@ -473,6 +473,10 @@ fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
     let mut keys: std::collections::HashMap<Vec<u8>, Loc> = std::collections::HashMap::new();
     for _ in 0..n_kv {
         let (ka, kn) = c.str()?;
+        if kn == 0 {
+            // llama.cpp's reader asserts on an empty key (GGML_ASSERT in gguf_kv): an abort.
+            return invalid("empty key");
+        }
         let key = c.buf[ka..ka + kn].to_vec();
         let t = c.u32()?;
         let loc = if let Some(n) = scalar_size(t) {
@@ -536,6 +540,13 @@ fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
             *d = c.u64()?;
             if *d > i64::MAX as u64 {
                 return invalid("negative tensor dimension");
+            }
+            if *d == 0 {
+                // llama.cpp's reader divides by dimensions 1-3 in its overflow check: SIGFPE.
+                return invalid(format!(
+                    "tensor {} has a zero dimension",
+                    String::from_utf8_lossy(&c.buf[na..na + nn])
+                ));
             }
         }
         let t = c.u32()?;

@@ -488,3 +488,30 @@ fn stop_strings_seeds_and_sampling_fields_behave() {
         "greedy is deterministic"
     );
 }
+
+/// Found with the fuzz target create_config (docs/fuzzing.md): configs that made llama.cpp
+/// allocate absurd memory. n_threads above ggml's 512 allocated per thread (100000 threads:
+/// a 4.9 GB allocation, then as many threads); n_batch was also the physical batch, whose
+/// logits buffer is n_vocab × n_batch × 4 bytes (5 GB for qwen2's vocabulary at 8192); n_ctx
+/// past the model's training context sized the KV cache from a u32. n_threads above the CPU
+/// count is clamped to it (512 threads on 2 CPUs made a 2-token request take minutes).
+#[test]
+fn configs_that_would_allocate_absurd_memory_are_refused_or_bounded() {
+    let path = qwen();
+    for (config, field) in [
+        (json!({"model_path": path, "n_threads": 100000}), "n_threads"),
+        (json!({"model_path": path, "n_threads": 513}), "n_threads"),
+        (json!({"model_path": path, "n_ctx": 8193}), "n_ctx"),
+        (json!({"model_path": path, "n_ctx": u32::MAX}), "n_ctx"),
+    ] {
+        let ev = CEngine::open(&config).err().expect("must be refused");
+        assert_eq!(ev["code"], "invalid_argument", "{config}: {ev}");
+        assert!(ev["message"].as_str().unwrap().contains(field), "{config}: {ev}");
+    }
+    // The fixture's training context (8192) is the largest n_ctx; a batch that large opens with
+    // a bounded physical batch, and 512 threads with as many as there are CPUs: it serves
+    // requests promptly.
+    let e = CEngine::open(&json!({"model_path": path, "n_ctx": 8192, "n_batch": 8192, "n_threads": 512})).unwrap();
+    let r = e.infer(&json!({"messages": user("hi"), "max_tokens": 2}));
+    assert_eq!(r["object"], "chat.completion", "{r}");
+}

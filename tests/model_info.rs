@@ -248,3 +248,73 @@ fn truncated_gguf_is_not_a_gguf_at_every_cut() {
         assert_error(&v, "not_a_gguf");
     }
 }
+
+/// Writes a GGUF from raw parts: (key, type, value bytes) pairs and tensor infos, data zeroed.
+fn raw_gguf(name: &str, kvs: &[(&str, u32, Vec<u8>)], tensors: &[(&str, &[u64])]) -> std::path::PathBuf {
+    let s = |x: &str| [&(x.len() as u64).to_le_bytes()[..], x.as_bytes()].concat();
+    let mut b =
+        [&b"GGUF"[..], &3u32.to_le_bytes(), &(tensors.len() as u64).to_le_bytes(), &(kvs.len() as u64).to_le_bytes()]
+            .concat();
+    for (k, t, v) in kvs {
+        b.extend(s(k));
+        b.extend(t.to_le_bytes());
+        b.extend(v);
+    }
+    for (n, dims) in tensors {
+        b.extend(s(n));
+        b.extend((dims.len() as u32).to_le_bytes());
+        dims.iter().for_each(|d| b.extend(d.to_le_bytes()));
+        b.extend(0u32.to_le_bytes()); // F32
+        b.extend(0u64.to_le_bytes()); // offset
+    }
+    b.resize(b.len().div_ceil(32) * 32 + 256, 0);
+    let p = fixtures_dir().join(name);
+    std::fs::write(&p, b).unwrap();
+    p
+}
+
+/// Found by the fuzz target model_info_gguf (docs/fuzzing.md): files llb's header reader
+/// accepted and llama.cpp's gguf_init_from_file then aborted on (an empty key: GGML_ASSERT) or
+/// killed the process with SIGFPE (a zero dimension divides its overflow check). llb refuses
+/// both before llama.cpp reads them, so llb_chat_create never hands them over.
+#[test]
+fn files_that_crash_llama_cpps_gguf_reader_are_not_a_gguf() {
+    let arch = ("general.architecture", 8u32, [&5u64.to_le_bytes()[..], b"llama"].concat());
+    let empty_key = raw_gguf("hostile-empty-key.gguf", &[arch.clone(), ("", 4, 1u32.to_le_bytes().to_vec())], &[]);
+    let zero_dim = raw_gguf("hostile-zero-dim.gguf", &[arch.clone()], &[("t", &[32, 0])]);
+    let control = raw_gguf("hostile-control.gguf", &[arch], &[("t", &[32, 1])]);
+    for (p, what) in [(&empty_key, "empty key"), (&zero_dim, "zero dimension")] {
+        let v = model_info(p);
+        assert_error(&v, "not_a_gguf");
+        assert!(v["message"].as_str().unwrap().contains(what), "{v}");
+        let ev = common::cabi::CEngine::open(&json!({"model_path": p})).err().expect("must not open");
+        assert_eq!(ev["code"], "not_a_gguf", "{ev}");
+    }
+    // The same file with a non-zero dimension is read by both readers.
+    assert!(llb::gguf::read_header(&control).is_ok());
+    let c = CString::new(control.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path; the context is freed once.
+    unsafe {
+        let g =
+            sys::gguf_init_from_file(c.as_ptr(), sys::gguf_init_params { no_alloc: true, ctx: std::ptr::null_mut() });
+        assert!(!g.is_null());
+        sys::gguf_free(g);
+    }
+}
+
+/// Found by the fuzz target model_info_gguf: a template holding invalid UTF-8 (read as U+FFFD)
+/// made the caps probe's error text hold a cut multi-byte sequence, and the probe's JSON dump
+/// threw: llb_model_info answered `internal`.
+#[test]
+fn probe_errors_quoting_non_ascii_template_text_are_not_internal() {
+    let src = fixture::read_template("mistralai-Mistral-Nemo-Instruct-2407").unwrap();
+    let needle = "            {{- ', \"id\": \"' + tool_call.id";
+    assert!(src.contains(needle));
+    let t = src.replacen(needle, &format!("          \u{FFFD} {}", needle.trim_start()), 1);
+    let mut o = FixtureOptions::new("llama-spm");
+    o.template = Some(t);
+    o.vocab_only = true;
+    let v = model_info(&fixture_with("fuzz-probe-error-non-ascii", &o));
+    assert_ne!(v["code"], "internal", "{v}");
+    assert_eq!(v["type"], "model_info", "{v}");
+}

@@ -387,12 +387,7 @@ impl Hub {
             .limit(256 << 20)
             .read_to_string()
             .map_err(|e| self.network(&url, &e.to_string(), Target::Api))?;
-        serde_json::from_str(&text).map_err(|e| {
-            Error::new(
-                ErrorCode::InvalidRepoListing,
-                format!("the hub's listing of {} is not the expected JSON: {e}", self.repo),
-            )
-        })
+        parse_listing(&text, &self.repo)
     }
 
     /// `gguf.chat_template` from `?expand=gguf`: `Some(None)` when the hub has none, `None` when
@@ -433,6 +428,13 @@ impl Hub {
             body: resp.into_body().into_reader(),
         })
     }
+}
+
+/// The listing's JSON text → [`Listing`]; anything else is `invalid_repo_listing`.
+pub(crate) fn parse_listing(text: &str, repo: &str) -> Result<Listing> {
+    serde_json::from_str(text).map_err(|e| {
+        Error::new(ErrorCode::InvalidRepoListing, format!("the hub's listing of {repo} is not the expected JSON: {e}"))
+    })
 }
 
 /// Whether a listing entry's key is a usable blob name.

@@ -345,16 +345,7 @@ fn online(s: &Settings, cache: &RepoCache, ev: &Events) -> Result<Value> {
         Err(e) => return Err(e),
     };
     let what = format!("{}@{}", s.repo, s.revision);
-    if listing.disabled {
-        bail!(RepoDisabled, "{} has been disabled on the hub; its files cannot be downloaded", s.repo);
-    }
-    let commit = match listing.sha.as_deref().map(str::to_ascii_lowercase) {
-        Some(c) if select::is_commit(&c) => c,
-        other => bail!(InvalidRepoListing, "the hub's listing of {what} has no valid commit id ({other:?})"),
-    };
-    for sib in &listing.siblings {
-        select::validate_rfilename(&sib.rfilename)?;
-    }
+    let commit = check_listing(&listing, &s.repo, &what)?;
     if (listing.is_gated() || listing.private) && !hub.has_token() {
         let (kind, who) = if listing.private {
             ("private", "that can see it".to_string())
@@ -380,11 +371,49 @@ fn online(s: &Settings, cache: &RepoCache, ev: &Events) -> Result<Value> {
             )?;
         }
     }
-    let names: Vec<String> = listing.siblings.iter().map(|x| x.rfilename.clone()).collect();
-    let choice = select::choose(&names, s.quant.as_deref(), s.filename.as_deref(), &what)?;
+    let (choice, planned) = plan_files(&listing, s.quant.as_deref(), s.filename.as_deref(), &what)?;
     for (code, msg) in &choice.warnings {
         ev.warning(code, msg.clone())?;
     }
+    let mut files = Vec::new();
+    for (name, size, expect) in planned {
+        let cached =
+            cache.has_blob(expect.key(), Some(size))? || cache.restore(&commit, &name, expect.key(), Some(size))?;
+        files.push(FileSpec { name, size, expect, cached });
+    }
+    let r = fetch_all(s, cache, &hub, &commit, &mut files, ev);
+    if r.is_err() {
+        cache.tidy(&commit);
+    }
+    let (sha256, downloaded) = r?;
+    finish(s, cache, &commit, &files, sha256, downloaded)
+}
+
+/// The listing's own checks, before anything else is asked of the hub: not disabled, a valid
+/// commit id, only safe file names. Returns the commit.
+fn check_listing(listing: &hub::Listing, repo: &str, what: &str) -> Result<String> {
+    if listing.disabled {
+        bail!(RepoDisabled, "{repo} has been disabled on the hub; its files cannot be downloaded");
+    }
+    let commit = match listing.sha.as_deref().map(str::to_ascii_lowercase) {
+        Some(c) if select::is_commit(&c) => c,
+        other => bail!(InvalidRepoListing, "the hub's listing of {what} has no valid commit id ({other:?})"),
+    };
+    for sib in &listing.siblings {
+        select::validate_rfilename(&sib.rfilename)?;
+    }
+    Ok(commit)
+}
+
+/// The file plan: the chosen model's files with the size and checksum the listing gives each.
+fn plan_files(
+    listing: &hub::Listing,
+    quant: Option<&str>,
+    filename: Option<&str>,
+    what: &str,
+) -> Result<(select::Choice, Vec<(String, u64, Expect)>)> {
+    let names: Vec<String> = listing.siblings.iter().map(|x| x.rfilename.clone()).collect();
+    let choice = select::choose(&names, quant, filename, what)?;
     let mut files = Vec::new();
     for name in &choice.group.files {
         let sib = listing.siblings.iter().find(|x| &x.rfilename == name).expect("chosen from the listing");
@@ -404,16 +433,29 @@ fn online(s: &Settings, cache: &RepoCache, ev: &Events) -> Result<Value> {
             )
             .with_field("file", json!(name)));
         }
-        let cached =
-            cache.has_blob(expect.key(), Some(size))? || cache.restore(&commit, name, expect.key(), Some(size))?;
-        files.push(FileSpec { name: name.clone(), size, expect, cached });
+        files.push((name.clone(), size, expect));
     }
-    let r = fetch_all(s, cache, &hub, &commit, &mut files, ev);
-    if r.is_err() {
-        cache.tidy(&commit);
-    }
-    let (sha256, downloaded) = r?;
-    finish(s, cache, &commit, &files, sha256, downloaded)
+    Ok((choice, files))
+}
+
+/// The listing parser and file planner on their own, for the fuzz target `pull_listing`: the hub's
+/// listing JSON text → the files [`pull`] would download (`{"commit","files":[{"name","size",
+/// "sha256"|"git_sha1"}],"warnings"}`), or the error it would return. Touches no network or disk.
+#[doc(hidden)]
+pub fn plan_from_listing(listing_json: &str, quant: Option<&str>, filename: Option<&str>) -> Result<Value> {
+    let (repo, what) = ("fuzz/listing", "fuzz/listing@main");
+    let listing = hub::parse_listing(listing_json, repo)?;
+    let commit = check_listing(&listing, repo, what)?;
+    let (choice, files) = plan_files(&listing, quant, filename, what)?;
+    Ok(json!({
+        "commit": commit,
+        "gated": listing.is_gated(),
+        "files": files.iter().map(|(name, size, e)| match e {
+            Expect::Sha256(h) => json!({"name": name, "size": size, "sha256": h}),
+            Expect::GitSha1(h) => json!({"name": name, "size": size, "git_sha1": h}),
+        }).collect::<Vec<_>>(),
+        "warnings": choice.warnings.iter().map(|(c, m)| json!({"code": c, "message": m})).collect::<Vec<_>>(),
+    }))
 }
 
 /// Downloads what is missing; links the snapshot and the ref. Returns (sha256s, bytes fetched).
