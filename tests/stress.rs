@@ -233,7 +233,9 @@ fn create_infer_destroy_cycles_do_not_leak() {
 }
 
 /// Where a cycle's time goes: the model load (last engine gone), context creation, requests.
+/// A measurement, not a check: `cargo test --release --test stress -- --ignored --nocapture`.
 #[test]
+#[ignore = "measurement; run with --ignored"]
 fn cycle_time_breakdown() {
     let _g = serial();
     for path in [model(), small_model()] {
@@ -493,7 +495,6 @@ fn cancelling_from_the_callback_at_random_points_leaves_the_engine_usable() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let requests = 200;
     let (mut tried, mut cancelled, mut not_reached, mut on_closing, mut in_prompt) = (0, 0, 0, 0, 0);
-    let mut no_role_stream = 0;
     let mut max_events = 0;
     let t0 = Instant::now();
     for i in 0..requests {
@@ -540,18 +541,10 @@ fn cancelling_from_the_callback_at_random_points_leaves_the_engine_usable() {
         }
         if stream {
             let chunks = ctx.chunks.lock().unwrap().clone();
+            // Every stream opens with the role delta, even one cancelled during the prompt.
             let role_first = chunks.first().is_some_and(|c| c["choices"][0]["delta"]["role"] == "assistant");
-            if !role_first && r["usage"]["completion_tokens"] == 0 {
-                // Cancelled during the prompt: at the pin of this test the stream is only the
-                // closing chunk, without the role delta that docs/design.md promises first
-                // (reported in docs/stress.md). Check what there is; accept a fix.
-                assert_eq!(chunks.len(), 1, "{label}: {chunks:?}");
-                assert_eq!(chunks[0]["choices"][0]["finish_reason"], "cancelled", "{label}: {chunks:?}");
-                assert_eq!(chunks[0]["id"], r["id"], "{label}");
-                no_role_stream += 1;
-            } else {
-                assert_stream_matches(&label, &chunks, &r);
-            }
+            assert!(role_first, "{label}: the stream must open with the role chunk: {chunks:?}");
+            assert_stream_matches(&label, &chunks, &r);
         }
         // The same engine then answers a normal request correctly.
         ctx.cancel_at.store(0, Ordering::SeqCst);
@@ -570,8 +563,51 @@ fn cancelling_from_the_callback_at_random_points_leaves_the_engine_usable() {
         "cancel: {tried} cancel points tried over {requests} requests (streamed and not, required/auto): \
          {cancelled} cancelled ({in_prompt} before the first token), {on_closing} on the closing chunk (nothing left to cancel), {not_reached} finished before their point; \
          each followed by a normal required request on the same engine; up to {max_events} events per request \
-         (uncancelled: {span:?}); streams cancelled in the prompt without a role chunk: {no_role_stream}; {:.1} s",
+         (uncancelled: {span:?}); {:.1} s",
         t0.elapsed().as_secs_f64()
     );
     assert!(cancelled * 4 > requests * 3, "most cancel points must be reached");
+}
+
+// ---- 5. the isolated probe forks while other threads render and allocate -----------------------
+
+/// llb_model_info forks a child for the template probe. The child is a copy of a busy,
+/// multi-threaded host: locks held by other threads at the fork (malloc's, the shim's render
+/// lock) must not make it hang into a spurious `template_error`.
+#[test]
+fn model_info_forks_safely_while_other_engines_render() {
+    let _g = serial();
+    let path = small_model();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|t| {
+            let (path, stop) = (path.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let e = CEngine::open(&config(&path)).unwrap();
+                let mut n = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    // Short requests: mostly template renders, parser builds and allocation.
+                    check_completion("render load", &e.infer(&request(Choice::Auto, n % 2 == 0, true, 2, n + t)));
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let c = CString::new(model().to_str().unwrap()).unwrap();
+    let t0 = Instant::now();
+    let calls = 100;
+    for i in 0..calls {
+        // SAFETY: valid C string; take frees the result.
+        let info = take(unsafe { llb::ffi::llb_model_info(c.as_ptr()) });
+        assert_eq!(info["type"], "model_info", "call {i}: {info}");
+        assert_eq!(info["supports_tools"], true, "call {i}: {info}");
+    }
+    let elapsed = t0.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let requests: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    println!(
+        "fork under load: {calls} llb_model_info calls ({:.1} ms each) while 2 engines ran {requests} requests",
+        elapsed.as_secs_f64() * 1000.0 / calls as f64
+    );
 }
