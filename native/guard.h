@@ -23,6 +23,10 @@ struct shim_error : std::runtime_error {
 // throws from inside its guard, as an exception from deep in llama.cpp would.
 inline thread_local bool throw_next = false;
 
+// Set in the isolated probe's child process (native/isolate.cpp), which is single-threaded: locks
+// copied from the host at fork() may be held by threads that do not exist there.
+inline bool in_probe_child = false;
+
 inline char * dup_string(const std::string & s) {
     char * p = static_cast<char *>(std::malloc(s.size() + 1));
     if (!p) {

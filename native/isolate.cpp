@@ -140,6 +140,7 @@ uint64_t vm_size_bytes() {
     }
 
     std::set_new_handler(out_of_memory);
+    llb_shim::in_probe_child = true;
 
     // The probe on a stack of known size, whatever the calling thread had.
     pthread_attr_t attr;

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <mutex>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -107,6 +108,23 @@ struct llb_shim_parser {
 
 static std::atomic<bool> g_verbose{false};
 
+// Template rendering is serialized process-wide: the pinned Jinja engine's strftime_now and the
+// chat stack's date helper call std::localtime, whose result buffer is shared by all threads, so
+// two engines rendering at once would race on it. Renders take milliseconds; generation, which
+// is what engines run concurrently, is not under this lock.
+// The isolated probe's child (a single-threaded copy of the host, native/isolate.cpp) skips it:
+// the copy of the mutex may be held by a host thread that does not exist there.
+static std::mutex g_render_mutex;
+
+struct render_lock {
+    std::unique_lock<std::mutex> lk;
+    render_lock() {
+        if (!llb_shim::in_probe_child) {
+            lk = std::unique_lock<std::mutex>(g_render_mutex);
+        }
+    }
+};
+
 static void log_to_stderr(ggml_log_level level, const char * text, void *) {
     (void) level;
     if (g_verbose.load(std::memory_order_relaxed)) {
@@ -147,6 +165,7 @@ llb_shim_status llb_shim_templates_from_strings(const char * default_src, const 
                                                 int32_t add_bos, int32_t add_eos,
                                                 llb_shim_templates ** out, char ** err) {
     return guard(err, [&] {
+        render_lock lock;
         if (!out) {
             throw shim_error(LLB_SHIM_INVALID, "NULL argument");
         }
@@ -195,6 +214,7 @@ llb_shim_status llb_shim_templates_from_strings(const char * default_src, const 
 
 llb_shim_status llb_shim_templates_from_model(const llama_model * model, llb_shim_templates ** out, char ** err) {
     return guard(err, [&] {
+        render_lock lock;
         if (!model || !out) {
             throw shim_error(LLB_SHIM_INVALID, "NULL argument");
         }
@@ -216,6 +236,7 @@ llb_shim_status llb_shim_templates_from_model(const llama_model * model, llb_shi
 
 llb_shim_status llb_shim_templates_exercise(const llb_shim_templates * t, char ** err) {
     return guard(err, [&] {
+        render_lock lock;
         if (!t || !t->tmpls) {
             throw shim_error(LLB_SHIM_INVALID, "NULL argument");
         }
@@ -256,6 +277,7 @@ llb_shim_status llb_shim_templates_exercise(const llb_shim_templates * t, char *
 llb_shim_status llb_shim_templates_apply(const llb_shim_templates * t, const char * inputs_json, char ** out_json,
                                          char ** err) {
     return guard(err, [&] {
+        render_lock lock;
         if (!t || !t->tmpls || !inputs_json || !out_json) {
             throw shim_error(LLB_SHIM_INVALID, "NULL argument");
         }
@@ -431,6 +453,7 @@ void llb_shim_templates_free(llb_shim_templates * t) {
 
 llb_shim_status llb_shim_templates_probe(const llb_shim_templates * t, char ** out_json, char ** err) {
     return guard(err, [&] {
+        render_lock lock;
         if (!t || !out_json || !t->tmpls) {
             throw shim_error(LLB_SHIM_INVALID, "NULL argument");
         }
