@@ -333,8 +333,19 @@ impl ChatRequest {
         let tools = self.tools.as_deref().unwrap_or(&[]);
         let mut names = std::collections::HashSet::new();
         for (i, t) in tools.iter().enumerate() {
-            if t.function.name.is_empty() || !names.insert(t.function.name.as_str()) {
-                bail!(InvalidArgument, "field `tools[{i}].function.name`: empty or duplicate");
+            let name = &t.function.name;
+            // OpenAI's rule: the name is spliced into prompts, grammars and parsers verbatim.
+            if name.is_empty()
+                || name.len() > 64
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                bail!(
+                    InvalidArgument,
+                    "field `tools[{i}].function.name`: must be 1-64 characters of a-z, A-Z, 0-9, _ and - (as OpenAI requires)"
+                );
+            }
+            if !names.insert(name.as_str()) {
+                bail!(InvalidArgument, "field `tools[{i}].function.name`: duplicate name {name:?}");
             }
             if let Some(p) = &t.function.parameters {
                 if !p.is_object() {

@@ -100,8 +100,13 @@ impl Sampler {
         };
         let mut s = Sampler { chain, grammar: ptr::null_mut(), cur: Vec::with_capacity(n_vocab), n_vocab, needed };
         if let Some(g) = grammar.filter(|g| !g.gbnf.is_empty()) {
-            let gbnf =
-                CString::new(g.gbnf.as_str()).map_err(|_| Error::new(ErrorCode::Internal, "grammar holds a NUL"))?;
+            let gbnf = CString::new(g.gbnf.as_str()).map_err(|_| {
+                // Only a request's schema (a `pattern` with a raw NUL) can put one there.
+                Error::new(
+                    ErrorCode::InvalidArgument,
+                    "the request's tool schemas or response_format give a grammar holding a NUL character",
+                )
+            })?;
             let pats: Vec<CString> =
                 g.trigger_patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
             let pat_ptrs: Vec<*const c_char> = pats.iter().map(|p| p.as_ptr()).collect();
@@ -120,6 +125,14 @@ impl Sampler {
                     &mut err,
                 )
             };
+            if st == sys::LLB_SHIM_INVALID {
+                // The grammar comes from the request's tool schemas and response_format: one
+                // llama.cpp cannot parse is the request's to fix, not an internal error.
+                let what = "the request's tool schemas or response_format give a grammar llama.cpp cannot parse";
+                let mut e = shim_err(st, err, what).unwrap_err();
+                e.code = ErrorCode::InvalidArgument;
+                return Err(e);
+            }
             shim_err(st, err, "building the grammar sampler")?;
         }
         Ok(s)
