@@ -64,6 +64,20 @@ impl FixtureOptions {
 
 /// The llama.cpp tree whose models/ folder holds the vocabularies and templates:
 /// `LLB_LLAMA_CPP_DIR` at run time, else the tree this crate was built from.
+/// The two tools the tests, the stress runs and the fuzz seeds call: enums and bounds give the
+/// strict modes something to enforce on a random-weight model.
+pub fn sample_tools() -> serde_json::Value {
+    serde_json::json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Get the weather",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Rome"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                "required": ["city", "days"]}}},
+        {"type": "function", "function": {"name": "get_time", "description": "Get the time",
+            "parameters": {"type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["tz"]}}}
+    ])
+}
+
 pub fn llama_cpp_dir() -> PathBuf {
     std::env::var_os("LLB_LLAMA_CPP_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(crate::LLAMA_CPP_DIR))
 }

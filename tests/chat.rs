@@ -12,15 +12,7 @@ use std::ffi::CString;
 use std::sync::{Arc, Barrier};
 
 fn tools() -> Value {
-    json!([
-        {"type": "function", "function": {"name": "get_weather", "description": "Get the weather",
-            "parameters": {"type": "object", "properties": {
-                "city": {"type": "string", "enum": ["Paris", "Rome"]},
-                "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-                "required": ["city", "days"]}}},
-        {"type": "function", "function": {"name": "get_time", "description": "Get the time",
-            "parameters": {"type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["tz"]}}}
-    ])
+    llb::fixture::sample_tools()
 }
 
 fn user(text: &str) -> Value {
