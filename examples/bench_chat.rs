@@ -33,6 +33,7 @@ fn engine(path: &Path, n_ctx: u32, events: Option<EventSink>) -> Engine {
         n_batch: Some(512),
         seed: None,
         chat_template_kwargs: None,
+        ..Default::default()
     };
     Engine::create(cfg, events).unwrap()
 }

@@ -39,6 +39,11 @@ typedef struct ProbeLimits ProbeLimits;
 typedef struct llb_chat llb_chat;
 
 /**
+ * A pool: one model's batched context serving many requests at once. Opaque to hosts.
+ */
+typedef struct llb_pool llb_pool;
+
+/**
  * Receives an event as JSON. Called on the thread that runs the operation; `event_json` is
  * valid only during the call (copy it to keep it). Return 0 to continue, non-zero to cancel the
  * running operation.
@@ -176,6 +181,76 @@ char *llb_chat_infer(llb_chat *chat, const char *request_json);
  * `chat` is NULL or a live handle from `llb_chat_create`, not used again afterwards.
  */
 void llb_chat_destroy(llb_chat *chat);
+
+/**
+ * Opens a pool for the model in `config_json`: the `llb_chat_create` config plus
+ * `"n_parallel"` (requests decoding at once, default 4) and `"max_queue"` (requests that may
+ * wait for a turn, default 16 × n_parallel). `n_ctx` is the KV budget all requests share
+ * (default 4096 × n_parallel); one request holds at most the model's training context.
+ *
+ * Requests on a pool are sequences of one llama context: every running request's next step
+ * goes into one batched decode, prompts are evaluated in chunks between the others' steps, and
+ * a prompt prefix any sequence holds (a shared system prompt and tool list, or a conversation's
+ * previous turn) is copied instead of evaluated. Idle conversations stay in the KV cache until
+ * space is needed (least recently used first).
+ *
+ * Same gate and failures as `llb_chat_create`: emits `{"type":"create_failure",...}` to
+ * `on_event` (may be NULL) and returns NULL. `on_event`/`user_data` are used during this call
+ * only; each `llb_pool_infer` brings its own.
+ *
+ * Ownership: release the handle with `llb_pool_destroy` exactly once.
+ *
+ * Threads: may be called from any thread, concurrently with anything.
+ *
+ * # Safety
+ * `config_json` is NULL or a NUL-terminated string valid for the call; `on_event`, when not
+ * NULL, is callable with `user_data` for the duration of the call.
+ */
+llb_pool *llb_pool_create(const char *config_json, llb_event_fn on_event, void *user_data);
+
+/**
+ * Runs one OpenAI chat completion on the pool, concurrently with the pool's other requests,
+ * and returns the `chat.completion` JSON (as `llb_chat_infer`). Blocks the calling thread until
+ * this request is complete.
+ *
+ * `on_event` (may be NULL) receives this request's events — streamed chunks, progress — on
+ * the calling thread, never on another one; returning non-zero cancels this request only.
+ * `user_data` is passed back untouched and not retained after return.
+ *
+ * Errors: as `llb_chat_infer`, with `queue_full` instead of `busy`: `n_parallel` requests run
+ * and `max_queue` more wait (nothing was started; retry later).
+ *
+ * Ownership: the caller owns the returned string; release it with `llb_string_free` exactly
+ * once. Never returns NULL.
+ *
+ * Threads: any number of threads may call this at once on the same pool.
+ *
+ * # Safety
+ * `pool` is NULL or a live handle from `llb_pool_create`; `request_json` is NULL or a
+ * NUL-terminated string valid for the call; `on_event`, when not NULL, is callable with
+ * `user_data` for the duration of the call.
+ */
+char *llb_pool_infer(llb_pool *pool, const char *request_json, llb_event_fn on_event, void *user_data);
+
+/**
+ * The pool's state: `{"type":"pool_stats","n_slots","n_parallel","n_ctx","running","queued",
+ * "tokens_held":[per sequence]}`.
+ *
+ * Ownership: the caller owns the returned string; release it with `llb_string_free`.
+ *
+ * # Safety
+ * `pool` is NULL or a live handle from `llb_pool_create`.
+ */
+char *llb_pool_stats(llb_pool *pool);
+
+/**
+ * Destroys a pool: frees its context, and the model's weights when nothing else uses them.
+ * NULL is accepted and ignored. Destroying a pool while a call on it runs is a host error.
+ *
+ * # Safety
+ * `pool` is NULL or a live handle from `llb_pool_create`, not used again afterwards.
+ */
+void llb_pool_destroy(llb_pool *pool);
 
 /**
  * Pulls a GGUF from the Hugging Face hub into the model cache (Hugging Face layout), verifies

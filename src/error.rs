@@ -61,6 +61,8 @@ pub enum ErrorCode {
     InvalidRepoListing,
     /// Offline (HF_HUB_OFFLINE=1 or offline:true), and the cache does not hold the requested model.
     NotCached,
+    /// A pool's queue of waiting requests is full (`max_queue`); nothing was started.
+    QueueFull,
 }
 
 impl ErrorCode {
@@ -92,6 +94,7 @@ impl ErrorCode {
         ErrorCode::Cancelled,
         ErrorCode::InvalidRepoListing,
         ErrorCode::NotCached,
+        ErrorCode::QueueFull,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -123,6 +126,7 @@ impl ErrorCode {
             ErrorCode::Cancelled => "cancelled",
             ErrorCode::InvalidRepoListing => "invalid_repo_listing",
             ErrorCode::NotCached => "not_cached",
+            ErrorCode::QueueFull => "queue_full",
         }
     }
 }

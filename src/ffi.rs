@@ -291,6 +291,147 @@ pub unsafe extern "C" fn llb_chat_destroy(chat: *mut llb_chat) {
     )
 }
 
+/// A pool: one model's batched context serving many requests at once. Opaque to hosts.
+pub struct llb_pool {
+    pool: crate::engine::Pool,
+}
+
+/// Opens a pool for the model in `config_json`: the `llb_chat_create` config plus
+/// `"n_parallel"` (requests decoding at once, default 4) and `"max_queue"` (requests that may
+/// wait for a turn, default 16 × n_parallel). `n_ctx` is the KV budget all requests share
+/// (default 4096 × n_parallel); one request holds at most the model's training context.
+///
+/// Requests on a pool are sequences of one llama context: every running request's next step
+/// goes into one batched decode, prompts are evaluated in chunks between the others' steps, and
+/// a prompt prefix any sequence holds (a shared system prompt and tool list, or a conversation's
+/// previous turn) is copied instead of evaluated. Idle conversations stay in the KV cache until
+/// space is needed (least recently used first).
+///
+/// Same gate and failures as `llb_chat_create`: emits `{"type":"create_failure",...}` to
+/// `on_event` (may be NULL) and returns NULL. `on_event`/`user_data` are used during this call
+/// only; each `llb_pool_infer` brings its own.
+///
+/// Ownership: release the handle with `llb_pool_destroy` exactly once.
+///
+/// Threads: may be called from any thread, concurrently with anything.
+///
+/// # Safety
+/// `config_json` is NULL or a NUL-terminated string valid for the call; `on_event`, when not
+/// NULL, is callable with `user_data` for the duration of the call.
+#[no_mangle]
+pub unsafe extern "C" fn llb_pool_create(
+    config_json: *const c_char,
+    on_event: llb_event_fn,
+    user_data: *mut c_void,
+) -> *mut llb_pool {
+    let cb = on_event.map(|f| HostCallback { f, user_data });
+    let fail = |e: &Error| {
+        if let Some(cb) = &cb {
+            cb.call(&e.to_json_typed("create_failure"));
+        }
+        std::ptr::null_mut()
+    };
+    guard(
+        || fail(&Error::new(ErrorCode::Internal, panic_message())),
+        || {
+            // SAFETY: forwarded caller contract.
+            let text = match unsafe { arg_str(config_json, "config_json") } {
+                Ok(t) => t,
+                Err(e) => return fail(&e),
+            };
+            let config = match crate::request::parse::<crate::request::EngineConfig>(text, "config") {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            match crate::engine::Pool::create(config) {
+                Ok(pool) => Box::into_raw(Box::new(llb_pool { pool })),
+                Err(e) => fail(&e),
+            }
+        },
+    )
+}
+
+/// Runs one OpenAI chat completion on the pool, concurrently with the pool's other requests,
+/// and returns the `chat.completion` JSON (as `llb_chat_infer`). Blocks the calling thread until
+/// this request is complete.
+///
+/// `on_event` (may be NULL) receives this request's events — streamed chunks, progress — on
+/// the calling thread, never on another one; returning non-zero cancels this request only.
+/// `user_data` is passed back untouched and not retained after return.
+///
+/// Errors: as `llb_chat_infer`, with `queue_full` instead of `busy`: `n_parallel` requests run
+/// and `max_queue` more wait (nothing was started; retry later).
+///
+/// Ownership: the caller owns the returned string; release it with `llb_string_free` exactly
+/// once. Never returns NULL.
+///
+/// Threads: any number of threads may call this at once on the same pool.
+///
+/// # Safety
+/// `pool` is NULL or a live handle from `llb_pool_create`; `request_json` is NULL or a
+/// NUL-terminated string valid for the call; `on_event`, when not NULL, is callable with
+/// `user_data` for the duration of the call.
+#[no_mangle]
+pub unsafe extern "C" fn llb_pool_infer(
+    pool: *mut llb_pool,
+    request_json: *const c_char,
+    on_event: llb_event_fn,
+    user_data: *mut c_void,
+) -> *mut c_char {
+    let cb = on_event.map(|f| HostCallback { f, user_data });
+    guard(internal_c, || {
+        if pool.is_null() {
+            return error_c(&Error::new(ErrorCode::InvalidArgument, "pool is NULL"));
+        }
+        // SAFETY: forwarded caller contract.
+        let text = match unsafe { arg_str(request_json, "request_json") } {
+            Ok(t) => t,
+            Err(e) => return error_c(&e),
+        };
+        // SAFETY: pool is a live handle (caller contract); infer takes &self.
+        let pool = unsafe { &(*pool).pool };
+        json_result(pool.infer(text, &|ev: &Value| cb.as_ref().is_none_or(|cb| cb.call(ev))))
+    })
+}
+
+/// The pool's state: `{"type":"pool_stats","n_slots","n_parallel","n_ctx","running","queued",
+/// "tokens_held":[per sequence]}`.
+///
+/// Ownership: the caller owns the returned string; release it with `llb_string_free`.
+///
+/// # Safety
+/// `pool` is NULL or a live handle from `llb_pool_create`.
+#[no_mangle]
+pub unsafe extern "C" fn llb_pool_stats(pool: *mut llb_pool) -> *mut c_char {
+    guard(internal_c, || {
+        if pool.is_null() {
+            return error_c(&Error::new(ErrorCode::InvalidArgument, "pool is NULL"));
+        }
+        // SAFETY: a live handle (caller contract).
+        let mut v = unsafe { &(*pool).pool }.stats();
+        v["type"] = Value::from("pool_stats");
+        json_result(Ok(v))
+    })
+}
+
+/// Destroys a pool: frees its context, and the model's weights when nothing else uses them.
+/// NULL is accepted and ignored. Destroying a pool while a call on it runs is a host error.
+///
+/// # Safety
+/// `pool` is NULL or a live handle from `llb_pool_create`, not used again afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn llb_pool_destroy(pool: *mut llb_pool) {
+    guard(
+        || (),
+        || {
+            if !pool.is_null() {
+                // SAFETY: pool came from Box::into_raw in llb_pool_create and is freed once.
+                drop(unsafe { Box::from_raw(pool) });
+            }
+        },
+    )
+}
+
 /// Pulls a GGUF from the Hugging Face hub into the model cache (Hugging Face layout), verifies
 /// its sha256, and checks it with the same tool gate as `llb_chat_create`. `request_json`:
 /// `{"repo":"org/name","revision":"main","quant":"Q4_K_M"|null,"filename":null,"cache_dir":null,

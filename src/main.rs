@@ -187,6 +187,7 @@ fn main() -> ExitCode {
                     n_batch: None,
                     seed: None,
                     chat_template_kwargs: None,
+                    ..Default::default()
                 };
                 let engine = llb::engine::Engine::create(config, Some(sink))?;
                 engine.infer(&req.to_string())

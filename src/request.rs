@@ -21,8 +21,8 @@ pub fn parse<T: DeserializeOwned>(text: &str, what: &str) -> Result<T> {
     })
 }
 
-/// `llb_chat_create` config.
-#[derive(Debug, Clone, Deserialize)]
+/// `llb_chat_create` and `llb_pool_create` config.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineConfig {
     pub model_path: String,
@@ -36,6 +36,12 @@ pub struct EngineConfig {
     pub seed: Option<u64>,
     #[serde(default)]
     pub chat_template_kwargs: Option<Map<String, Value>>,
+    /// Pools: requests decoding at once (default 4). Engines: absent or 1.
+    #[serde(default)]
+    pub n_parallel: Option<u32>,
+    /// Pools: requests that may wait for a turn (default 16 per `n_parallel`).
+    #[serde(default)]
+    pub max_queue: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]

@@ -58,7 +58,7 @@ pub struct Sampler {
     needed: usize,
 }
 
-// SAFETY: a sampler is used by one thread at a time (the engine's busy flag guarantees it).
+// SAFETY: a sampler belongs to one request, used by its caller's thread only.
 unsafe impl Send for Sampler {}
 
 impl Sampler {
@@ -138,9 +138,7 @@ impl Sampler {
         Ok(s)
     }
 
-    fn fill(&mut self, logits: *const f32) {
-        // SAFETY: llama_get_logits_ith returns n_vocab floats for a row that has logits.
-        let logits = unsafe { std::slice::from_raw_parts(logits, self.n_vocab) };
+    fn fill(&mut self, logits: &[f32]) {
         self.cur.clear();
         self.cur.extend(logits.iter().enumerate().map(|(i, &l)| sys::llama_token_data {
             id: i as i32,
@@ -167,15 +165,10 @@ impl Sampler {
         Ok(())
     }
 
-    /// Samples the next token from row `idx` of the context's logits.
-    ///
-    /// # Safety
-    /// `ctx` must be valid and hold logits for row `idx`.
-    pub unsafe fn sample(&mut self, ctx: *mut sys::llama_context, idx: i32) -> Result<sys::llama_token> {
-        // SAFETY: caller contract.
-        let logits = unsafe { sys::llama_get_logits_ith(ctx, idx) };
-        if logits.is_null() {
-            return Err(Error::new(ErrorCode::Internal, "no logits for the sampled row"));
+    /// Samples the next token from a row of logits (n_vocab floats).
+    pub fn sample(&mut self, logits: &[f32]) -> Result<sys::llama_token> {
+        if logits.len() != self.n_vocab {
+            return Err(Error::new(ErrorCode::Internal, "a logits row of the wrong size"));
         }
         self.fill(logits);
         self.run(self.chain)?;

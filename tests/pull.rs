@@ -283,6 +283,7 @@ fn a_split_gguf_pulls_every_shard_side_by_side_and_llama_cpp_loads_it() {
         n_batch: None,
         seed: None,
         chat_template_kwargs: None,
+        ..Default::default()
     };
     let engine = llb::engine::Engine::create(cfg, None).expect("an engine opens the pulled split");
     let r = engine

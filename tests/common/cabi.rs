@@ -109,6 +109,55 @@ impl Drop for CEngine {
     }
 }
 
+/// A pool opened through `llb_pool_create`; each request brings its own recorded events.
+pub struct CPool {
+    pub raw: *mut llb::ffi::llb_pool,
+}
+
+// SAFETY: a pool may be used from any number of threads at once.
+unsafe impl Send for CPool {}
+unsafe impl Sync for CPool {}
+
+impl CPool {
+    /// Ok(pool) or Err(the create_failure event, or Null when none came).
+    pub fn open(config: &Value) -> Result<CPool, Value> {
+        let events = Events::default();
+        let c = CString::new(config.to_string()).unwrap();
+        // SAFETY: c is valid; the callback and its Events outlive the call.
+        let raw = unsafe { llb::ffi::llb_pool_create(c.as_ptr(), Some(record), &events as *const Events as *mut c_void) };
+        if raw.is_null() {
+            let last = events.seen.lock().unwrap().last().cloned().unwrap_or(Value::Null);
+            return Err(last);
+        }
+        Ok(CPool { raw })
+    }
+
+    /// Runs a request; its events are recorded in `events` (which may cancel it).
+    pub fn infer_with(&self, req: &Value, events: &Events) -> Value {
+        let c = CString::new(req.to_string()).unwrap();
+        // SAFETY: live handle, valid string; events outlives the call.
+        take(unsafe {
+            llb::ffi::llb_pool_infer(self.raw, c.as_ptr(), Some(record), events as *const Events as *mut c_void)
+        })
+    }
+
+    pub fn infer(&self, req: &Value) -> Value {
+        self.infer_with(req, &Events::default())
+    }
+
+    pub fn stats(&self) -> Value {
+        // SAFETY: live handle.
+        take(unsafe { llb::ffi::llb_pool_stats(self.raw) })
+    }
+}
+
+impl Drop for CPool {
+    fn drop(&mut self) {
+        // SAFETY: the handle is live and destroyed once.
+        unsafe { llb::ffi::llb_pool_destroy(self.raw) }
+    }
+}
+
 /// Rebuilds the message a stream of chunks describes (OpenAI's accumulation rules).
 pub fn accumulate(chunks: &[Value]) -> Value {
     let mut content: Option<String> = None;

@@ -1,0 +1,362 @@
+//! One request, on its caller's thread: plan → prompt tokens → the scheduler evaluates them
+//! (sharing any prefix it holds) → sample each token from this request's logits (its own sampler
+//! and grammar) → stop strings, streaming deltas, progress and cancellation → parse → response.
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::prompt::{debug_enabled, Plan, Prompter};
+use crate::request::ChatRequest;
+use crate::response::{self, find, visible_len, Emitted, Finish, Responder};
+use crate::sampler::{Sampler, SamplingParams};
+use crate::scheduler::{Msg, Scheduler, Ticket};
+use crate::session::{ReplyBook, ReplyRecord};
+use crate::shim::ParsedMsg;
+use crate::sys;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// Emit a progress event (a cancellation point) at least this often while generating.
+const PROGRESS_EVERY: usize = 16;
+
+/// What a request runs against: the model's chat side, the scheduler of its context, the
+/// remembered replies, and where its events go.
+pub struct Run<'a> {
+    pub prompter: &'a Prompter,
+    pub sched: &'a Scheduler,
+    pub book: &'a ReplyBook,
+    pub model_name: &'a str,
+    pub default_seed: Option<u64>,
+    /// The most tokens one sequence may hold (prompt and reply).
+    pub max_seq: usize,
+    pub emit: &'a dyn Fn(&Value) -> bool,
+}
+
+/// The state of the output while generating.
+#[derive(Default)]
+struct Output {
+    bytes: Vec<u8>,
+    gen_tokens: Vec<sys::llama_token>,
+    n_sampled: usize,
+    eog_piece: String,
+    emitted: Emitted,
+    ids: Vec<String>,
+    last_parse_len: usize,
+    dropped_calls: bool,
+    warnings: Vec<Value>,
+}
+
+impl Run<'_> {
+    pub fn run(&self, req: &ChatRequest) -> Result<Value> {
+        let t_start = Instant::now();
+        let plan = self.prompter.plan(req)?;
+        let prompt = self.prompter.prompt_tokens(req, &plan, self.book.find(req))?;
+        let n_prompt = prompt.len();
+        if n_prompt >= self.max_seq {
+            return Err(Error::new(
+                ErrorCode::ContextOverflow,
+                format!(
+                    "the prompt has {n_prompt} tokens and the context holds {} (n_ctx): shorten the conversation or raise n_ctx",
+                    self.max_seq
+                ),
+            ));
+        }
+        let resp = Responder {
+            id: response::random_id("chatcmpl-", 24),
+            created: response::unix_time(),
+            model: self.model_name,
+            emit: self.emit,
+        };
+        let ticket = self.sched.join(prompt.clone())?;
+        let (n_keep, first) = self.prefill(&ticket, n_prompt)?;
+        crate::fault::site("infer");
+        let t_prompt = t_start.elapsed();
+        let t_gen = Instant::now();
+        let mut out = Output::default();
+        let stream = req.stream.unwrap_or(false);
+        let mut finish = if first.is_some() { Finish::Length } else { Finish::Cancelled };
+        if stream && first.is_some() {
+            out.emitted.role_sent = true;
+            if !resp.send_delta(json!({"role": "assistant", "content": Value::Null}), None) {
+                finish = Finish::Cancelled;
+            }
+        }
+        if let (Some(logits), Finish::Length) = (first, finish) {
+            finish = self.generate(req, &plan, &ticket, logits, &resp, &mut out, n_prompt)?;
+        }
+        drop(ticket);
+        let timings = (t_prompt, t_gen.elapsed(), n_prompt - n_keep);
+        self.finish(req, &plan, &prompt, &resp, out, finish, n_keep, timings)
+    }
+
+    /// Waits until the prompt is evaluated, sending progress events. Returns the tokens reused
+    /// from the KV cache and the first logits (None: cancelled by the host).
+    fn prefill(&self, ticket: &Ticket, n_prompt: usize) -> Result<(usize, Option<Vec<f32>>)> {
+        let mut cached = 0;
+        loop {
+            match ticket.recv() {
+                Msg::Admitted { cached: c } => cached = c,
+                Msg::Progress { done, total } => {
+                    let ev = json!({"type": "progress", "stage": "prompt", "prompt_tokens_done": done, "prompt_tokens": total});
+                    if !(self.emit)(&ev) {
+                        return Ok((cached, None));
+                    }
+                }
+                Msg::Logits(l) => return Ok((cached.min(n_prompt), Some(l))),
+                Msg::Failed(e) => return Err(e),
+            }
+        }
+    }
+
+    fn sampler(&self, req: &ChatRequest, plan: &Plan) -> Result<Sampler> {
+        let sp = SamplingParams {
+            temperature: req.temperature.unwrap_or(0.8),
+            top_k: req.top_k.unwrap_or(40),
+            top_p: req.top_p.unwrap_or(0.95),
+            min_p: req.min_p.unwrap_or(0.05),
+            seed: req.seed.or(self.default_seed).map(|s| s as u32).unwrap_or_else(random_seed),
+        };
+        // SAFETY: the vocab lives as long as the model, which outlives the sampler.
+        let mut smpl = unsafe { Sampler::new(self.prompter.vocab(), &sp, plan.grammar.as_ref()) }?;
+        if let Some(pre) = &plan.grammar_prefill {
+            let toks = self
+                .prompter
+                .exact_tokens(pre)
+                .ok_or_else(|| Error::new(ErrorCode::Internal, "cannot spell the generation prompt in tokens"))?;
+            for t in toks {
+                smpl.accept_grammar(t)?;
+            }
+        }
+        Ok(smpl)
+    }
+
+    /// Samples until an end-of-generation token, a stop string, `max_tokens`, a full context,
+    /// a second call where one is allowed, or cancellation.
+    #[allow(clippy::too_many_arguments)]
+    fn generate(
+        &self,
+        req: &ChatRequest,
+        plan: &Plan,
+        ticket: &Ticket,
+        mut logits: Vec<f32>,
+        resp: &Responder,
+        out: &mut Output,
+        n_prompt: usize,
+    ) -> Result<Finish> {
+        let mut smpl = self.sampler(req, plan)?;
+        let max_new = req.max_completion_tokens.or(req.max_tokens).map(|m| m as usize).unwrap_or(usize::MAX);
+        let max_stop = plan.stops.iter().map(String::len).max().unwrap_or(0);
+        let vocab = self.prompter.vocab();
+        let end_of_turn = end_of_turn(vocab);
+        let stream = req.stream.unwrap_or(false);
+        loop {
+            if out.gen_tokens.len() >= max_new || n_prompt + out.gen_tokens.len() >= self.max_seq {
+                return Ok(Finish::Length);
+            }
+            // One call allowed and the strict grammar is complete after a call: end the turn.
+            let force_end = plan.strict
+                && plan.single_call
+                && end_of_turn >= 0
+                && !out.gen_tokens.is_empty()
+                && smpl.grammar_allows(end_of_turn)?
+                && plan
+                    .parser
+                    .parse(&String::from_utf8_lossy(&out.bytes), true)
+                    .is_ok_and(|m| !m.tool_calls.is_empty());
+            let tok = if force_end { end_of_turn } else { smpl.sample(&logits)? };
+            if let Some(why) = smpl.accept(tok)? {
+                out.warnings.push(json!({"code": "grammar_disabled", "message": format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}")}));
+            }
+            out.n_sampled += 1;
+            // SAFETY: vocab is valid.
+            if unsafe { sys::llama_vocab_is_eog(vocab, tok) } {
+                out.eog_piece = String::from_utf8_lossy(&self.prompter.piece(tok, true)).into_owned();
+                return Ok(Finish::Stop);
+            }
+            let before = out.bytes.len();
+            out.bytes.extend(self.prompter.piece(tok, plan.preserved.contains(&tok)));
+            out.gen_tokens.push(tok);
+            if max_stop > 0 {
+                let from = before.saturating_sub(max_stop - 1);
+                let hit = plan.stops.iter().filter_map(|s| find(&out.bytes[from..], s.as_bytes()).map(|p| from + p)).min();
+                if let Some(pos) = hit {
+                    out.bytes.truncate(pos);
+                    return Ok(Finish::Stop);
+                }
+            }
+            ticket.submit(tok);
+            if let Some(f) = self.partial(plan, resp, out, stream) {
+                return Ok(f);
+            }
+            if out.gen_tokens.len().is_multiple_of(PROGRESS_EVERY)
+                && !(self.emit)(&json!({"type": "progress", "stage": "generate", "completion_tokens": out.gen_tokens.len()}))
+            {
+                return Ok(Finish::Cancelled);
+            }
+            logits = match ticket.recv() {
+                Msg::Logits(l) => l,
+                Msg::Failed(e) if e.code == ErrorCode::ContextOverflow => return Ok(Finish::Length),
+                Msg::Failed(e) => return Err(e),
+                Msg::Admitted { .. } | Msg::Progress { .. } => continue_recv(ticket)?,
+            };
+        }
+    }
+
+    /// Partial parses (for streaming, and to stop at a second call when only one is allowed)
+    /// run when the text grew by 1/16: linear in the output length overall.
+    fn partial(&self, plan: &Plan, resp: &Responder, out: &mut Output, stream: bool) -> Option<Finish> {
+        if !stream && !plan.single_call {
+            return None;
+        }
+        let visible = visible_len(&out.bytes, &plan.stops);
+        let grow = (out.last_parse_len / 16).max(1);
+        if visible < out.last_parse_len + grow {
+            return None;
+        }
+        out.last_parse_len = visible;
+        let text = String::from_utf8_lossy(&out.bytes[..visible]);
+        let msg = plan.parser.parse(&text, true).ok()?;
+        if plan.single_call && msg.tool_calls.len() > 1 {
+            out.dropped_calls = true;
+            return Some(Finish::Stop);
+        }
+        if stream && !resp.stream_diffs(&mut out.emitted, &msg, &mut out.ids, false) {
+            return Some(Finish::Cancelled);
+        }
+        None
+    }
+
+    /// The final message (everything parsed, invalid UTF-8 replaced, or the raw text), the last
+    /// chunks when streaming, the reply remembered for replay, and the completion.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        req: &ChatRequest,
+        plan: &Plan,
+        prompt: &[sys::llama_token],
+        resp: &Responder,
+        mut out: Output,
+        finish: Finish,
+        n_keep: usize,
+        (t_prompt, t_generate, n_evaluated): (Duration, Duration, usize),
+    ) -> Result<Value> {
+        if debug_enabled() {
+            eprintln!(
+                "[llb] grammar (lazy={}):\n{}\n[llb] prompt tail: {:?}\n[llb] raw output ({} tokens): {:?}",
+                plan.grammar.as_ref().is_some_and(|g| g.lazy),
+                plan.grammar.as_ref().map(|g| g.gbnf.as_str()).unwrap_or("(none)"),
+                &plan.prompt[plan.prompt.len().saturating_sub(200)..],
+                out.gen_tokens.len(),
+                String::from_utf8_lossy(&out.bytes)
+            );
+        }
+        let msg = final_message(plan, &mut out, finish);
+        let finish_reason = response::finish_reason(finish, !msg.tool_calls.is_empty());
+        let n_prompt = prompt.len();
+        let usage = json!({
+            "prompt_tokens": n_prompt,
+            "completion_tokens": out.n_sampled,
+            "total_tokens": n_prompt + out.n_sampled,
+            "prompt_tokens_details": {"cached_tokens": n_keep},
+        });
+        if req.stream.unwrap_or(false) {
+            if !out.emitted.role_sent {
+                // Cancelled during the prompt: the stream still opens with the role chunk.
+                resp.send_delta(json!({"role": "assistant", "content": Value::Null}), None);
+                out.emitted.role_sent = true;
+            }
+            resp.stream_diffs(&mut out.emitted, &msg, &mut out.ids, true);
+            resp.send_delta(json!({}), Some(finish_reason));
+            if req.stream_options.is_some_and(|o| o.include_usage) {
+                resp.send_usage(&usage);
+            }
+        }
+        // Remember the reply for replay when it ended naturally on an end-of-generation token.
+        if !out.eog_piece.is_empty() && !out.dropped_calls {
+            self.book.remember(ReplyRecord {
+                prompt: plan.prompt.clone(),
+                prompt_tokens: prompt.to_vec(),
+                gen_tokens: out.gen_tokens.clone(),
+                tool_call_ids: out.ids[..msg.tool_calls.len()].to_vec(),
+                content: msg.content.clone(),
+                eog_piece: out.eog_piece.clone(),
+            });
+        }
+        let prompt_ms = t_prompt.as_secs_f64() * 1e3;
+        let predicted_ms = t_generate.as_secs_f64() * 1e3;
+        let n = out.n_sampled;
+        let timings = json!({
+            "prompt_n": n_evaluated,
+            "prompt_ms": prompt_ms,
+            "predicted_n": n,
+            "predicted_ms": predicted_ms,
+            "predicted_per_second": if predicted_ms > 0.0 { n as f64 * 1e3 / predicted_ms } else { 0.0 },
+        });
+        let mut v = resp.completion(&msg, &out.ids, finish_reason, usage, timings);
+        if !out.warnings.is_empty() {
+            v["warnings"] = json!(out.warnings);
+        }
+        Ok(v)
+    }
+}
+
+/// After a rebuild of the sequence (it was parked for KV space) progress messages may come
+/// before the logits: skip them.
+fn continue_recv(ticket: &Ticket) -> Result<Vec<f32>> {
+    loop {
+        match ticket.recv() {
+            Msg::Logits(l) => return Ok(l),
+            Msg::Failed(e) => return Err(e),
+            _ => {}
+        }
+    }
+}
+
+/// Parses the whole output; a reply that does not parse, or a call whose arguments are not a
+/// JSON object (llama.cpp's lenient parser returns such calls from replies cut short), comes
+/// back as raw content with a `tool_call_parse_failed` warning.
+fn final_message(plan: &Plan, out: &mut Output, finish: Finish) -> ParsedMsg {
+    let text = String::from_utf8_lossy(&out.bytes).into_owned();
+    let partial = out.dropped_calls || matches!(finish, Finish::Length | Finish::Cancelled);
+    let parsed = plan.parser.parse(&text, partial).and_then(|m| {
+        match m.tool_calls.iter().find(|c| !serde_json::from_str::<Value>(&c.arguments).is_ok_and(|v| v.is_object())) {
+            Some(c) if !partial => Err(Error::new(
+                ErrorCode::TemplateError,
+                format!("the call to `{}` has incomplete arguments {:?}", c.name, c.arguments),
+            )),
+            _ => Ok(m),
+        }
+    });
+    let msg = match parsed {
+        Ok(m) => m,
+        Err(e) => {
+            out.warnings.push(json!({"code": "tool_call_parse_failed", "message": format!("the output did not parse as this template's format: {}", e.message)}));
+            ParsedMsg { content: text, ..Default::default() }
+        }
+    };
+    let mut msg = if plan.parse_tool_calls { msg } else { ParsedMsg { tool_calls: vec![], ..msg } };
+    if plan.single_call && msg.tool_calls.len() > 1 {
+        msg.tool_calls.truncate(1);
+        out.dropped_calls = true;
+    }
+    while out.ids.len() < msg.tool_calls.len() {
+        out.ids.push(response::random_id("call_", 24));
+    }
+    msg
+}
+
+/// The model's end-of-turn token: what ends a reply once its one allowed call is complete.
+fn end_of_turn(vocab: *const sys::llama_vocab) -> sys::llama_token {
+    // SAFETY: vocab is valid.
+    unsafe {
+        let eot = sys::llama_vocab_eot(vocab);
+        if eot >= 0 {
+            eot
+        } else {
+            sys::llama_vocab_eos(vocab)
+        }
+    }
+}
+
+fn random_seed() -> u32 {
+    let s = response::random_id("", 8);
+    s.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
+}

@@ -1,0 +1,533 @@
+//! The prompt: llama.cpp's chat templates turn a request into the prompt text, the grammar
+//! (llb's strict one for `required` and named choices), the parser and the stop strings; and the
+//! prompt's tokens, replaying a remembered reply of the model token for token.
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::model::Model;
+use crate::request::{self, ChatRequest, Choice, ReasoningFormat, Role};
+use crate::sampler::{self, GrammarSpec};
+use crate::session::ReplyRecord;
+use crate::shim::{ChatParams, Parser, Probe, Templates};
+use crate::sys;
+use crate::tokens::PieceIndex;
+use serde_json::{json, Map, Value};
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
+
+/// Everything derived from the request and the templates before any token is evaluated.
+pub struct Plan {
+    pub prompt: String,
+    pub parser: Parser,
+    pub grammar: Option<GrammarSpec>,
+    /// Tokens fed to a non-lazy grammar that starts with the generation prompt.
+    pub grammar_prefill: Option<String>,
+    pub stops: Vec<String>,
+    pub preserved: HashSet<sys::llama_token>,
+    pub parse_tool_calls: bool,
+    /// `parallel_tool_calls` is false (or unsupported): at most one call. llama.cpp's grammars
+    /// do not always enforce it, so generation stops when a second call begins.
+    pub single_call: bool,
+    /// The grammar is llb's strict tool-call grammar (required or named choice).
+    pub strict: bool,
+}
+
+/// A model's chat side: its templates and what they can do, with the engine's defaults.
+pub struct Prompter {
+    model: Arc<Model>,
+    templates: Templates,
+    probe: Probe,
+    chat_template_kwargs: Option<Map<String, Value>>,
+    /// piece text → token, built on first need (exact prefill of a grammar).
+    pieces: OnceLock<PieceIndex>,
+}
+
+impl Prompter {
+    pub fn new(model: Arc<Model>, templates: Templates, probe: Probe, kwargs: Option<Map<String, Value>>) -> Prompter {
+        Prompter { model, templates, probe, chat_template_kwargs: kwargs, pieces: OnceLock::new() }
+    }
+
+    pub fn probe(&self) -> &Probe {
+        &self.probe
+    }
+
+    pub fn vocab(&self) -> *const sys::llama_vocab {
+        self.model.vocab()
+    }
+
+    pub fn tokenize(&self, text: &str) -> Result<Vec<sys::llama_token>> {
+        // SAFETY: the vocabulary lives as long as the model this prompter holds.
+        unsafe { crate::tokens::tokenize(self.vocab(), text, true) }
+    }
+
+    pub fn piece(&self, token: sys::llama_token, special: bool) -> Vec<u8> {
+        // SAFETY: as above.
+        unsafe { crate::tokens::piece(self.vocab(), token, special) }
+    }
+
+    /// Tokens whose pieces spell `text` exactly (see [`PieceIndex::spell`]).
+    pub fn exact_tokens(&self, text: &str) -> Option<Vec<sys::llama_token>> {
+        // SAFETY: as above.
+        self.pieces.get_or_init(|| unsafe { PieceIndex::build(self.vocab()) }).spell(text)
+    }
+
+    pub fn kwargs(&self, req: &ChatRequest) -> Map<String, Value> {
+        let mut kw = self.chat_template_kwargs.clone().unwrap_or_default();
+        if let Some(r) = &req.chat_template_kwargs {
+            kw.extend(r.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        kw
+    }
+
+    fn apply_inputs(
+        &self,
+        req: &ChatRequest,
+        messages: &Value,
+        tools: Option<Value>,
+        mode: &str,
+        add_gen: bool,
+    ) -> Value {
+        let kw = self.kwargs(req);
+        let enable_thinking = kw.get("enable_thinking").and_then(Value::as_bool).unwrap_or(true);
+        json!({
+            "messages": messages,
+            "tools": tools,
+            "tool_choice": mode,
+            "parallel_tool_calls": self.parallel(req),
+            "reasoning_format": self.reasoning_format(req),
+            "enable_thinking": enable_thinking,
+            "chat_template_kwargs": kw,
+            "json_schema": req.json_schema(),
+            "add_generation_prompt": add_gen,
+        })
+    }
+
+    fn parallel(&self, req: &ChatRequest) -> bool {
+        req.parallel_tool_calls.unwrap_or(true) && self.probe.supports_parallel_tool_calls()
+    }
+
+    pub fn reasoning_format(&self, req: &ChatRequest) -> &'static str {
+        match req.reasoning_format {
+            Some(ReasoningFormat::None) => "none",
+            _ => "auto",
+        }
+    }
+
+    /// Applies the template; a template that rejects an OpenAI-legal sequence gets the messages
+    /// adapted (system merged into the first user message, same-role runs merged) and a retry.
+    fn apply(
+        &self,
+        req: &ChatRequest,
+        messages: &[request::Message],
+        tools: Option<Value>,
+        mode: &str,
+        add_gen: bool,
+    ) -> Result<ChatParams> {
+        let msgs = serde_json::to_value(messages).map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
+        match self.templates.apply(&self.apply_inputs(req, &msgs, tools.clone(), mode, add_gen)) {
+            Ok(p) => Ok(p),
+            Err(e) if e.code == ErrorCode::TemplateError => {
+                let adapted = adapt_messages(
+                    messages,
+                    self.probe.caps.get("supports_system_role").and_then(Value::as_bool).unwrap_or(true),
+                );
+                if adapted.as_slice() == messages {
+                    return Err(e);
+                }
+                let msgs =
+                    serde_json::to_value(&adapted).map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
+                self.templates.apply(&self.apply_inputs(req, &msgs, tools, mode, add_gen)).map_err(|_| e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn plan(&self, req: &ChatRequest) -> Result<Plan> {
+        let tools_all = req.tools.as_ref().filter(|t| !t.is_empty());
+        let tools_json = tools_all.map(|t| serde_json::to_value(t).unwrap_or(Value::Null));
+        let choice = if tools_all.is_none() { Choice::None } else { req.choice() };
+        let thinking = self.kwargs(req).get("enable_thinking").and_then(Value::as_bool).unwrap_or(true);
+
+        let mut strict = false;
+        let (prompt, params, grammar, prefill) = match &choice {
+            Choice::Auto | Choice::None => {
+                let mode = if choice == Choice::Auto { "auto" } else { "none" };
+                let p = self.apply(req, &req.messages, tools_json.clone(), mode, true)?;
+                let (grammar, prefill) = self.grammar_of(&p)?;
+                (p.prompt.clone(), p, grammar, prefill)
+            }
+            Choice::Required | Choice::Named(_) => {
+                // The prompt always lists every tool (a stable KV prefix); a named choice narrows
+                // only the constraint and the parser.
+                let all = self.apply(req, &req.messages, tools_json.clone(), "required", true)?;
+                let typed: Vec<request::Tool> = match &choice {
+                    Choice::Named(name) => {
+                        tools_all.unwrap().iter().filter(|t| &t.function.name == name).cloned().collect()
+                    }
+                    _ => tools_all.unwrap().clone(),
+                };
+                let section_tools = serde_json::to_value(&typed).unwrap_or(Value::Null);
+                let p = if matches!(choice, Choice::Named(_)) {
+                    self.apply(req, &req.messages, Some(section_tools.clone()), "required", true)?
+                } else {
+                    all.clone()
+                };
+                let section = crate::shim::tool_section_grammar(&p.parser, &section_tools)?;
+                let section =
+                    if section.is_empty() { section } else { crate::constrain::constrain_section(&section, &typed) };
+                let (grammar, prefill) = if section.is_empty() {
+                    self.grammar_of(&p)?
+                } else {
+                    strict = true;
+                    let single = !self.parallel(req);
+                    (
+                        Some(GrammarSpec {
+                            gbnf: strict_grammar(&section, &p, thinking, single),
+                            ..Default::default()
+                        }),
+                        None,
+                    )
+                };
+                (all.prompt.clone(), p, grammar, prefill)
+            }
+        };
+        let parser = Parser::new(&params, self.reasoning_format(req), choice != Choice::None)?;
+        let mut stops = params.additional_stops.clone();
+        stops.extend(req.stop_strings());
+        let preserved = params
+            .preserved_tokens
+            .iter()
+            .filter_map(|t| match self.tokenize(t) {
+                Ok(ids) if ids.len() == 1 => Some(ids[0]),
+                _ => None,
+            })
+            .collect();
+        let single_call = choice != Choice::None && !self.parallel(req);
+        Ok(Plan {
+            prompt,
+            parser,
+            grammar,
+            grammar_prefill: prefill,
+            stops,
+            preserved,
+            parse_tool_calls: choice != Choice::None,
+            single_call,
+            strict,
+        })
+    }
+
+    /// The grammar llama.cpp derived (lazy with triggers, or non-lazy starting with the generation
+    /// prompt, which is then prefilled exactly).
+    fn grammar_of(&self, p: &ChatParams) -> Result<(Option<GrammarSpec>, Option<String>)> {
+        if p.grammar.is_empty() {
+            return Ok((None, None));
+        }
+        if !p.grammar_lazy {
+            let prefill = (!p.generation_prompt.is_empty()).then(|| p.generation_prompt.clone());
+            return Ok((Some(GrammarSpec { gbnf: p.grammar.clone(), ..Default::default() }), prefill));
+        }
+        let mut g = GrammarSpec { gbnf: p.grammar.clone(), lazy: true, ..Default::default() };
+        let preserved: HashSet<sys::llama_token> = p
+            .preserved_tokens
+            .iter()
+            .filter_map(|t| self.tokenize(t).ok().filter(|ids| ids.len() == 1).map(|ids| ids[0]))
+            .collect();
+        for t in &p.grammar_triggers {
+            match t.kind {
+                crate::shim::TRIGGER_WORD => {
+                    let ids = self.tokenize(&t.value)?;
+                    if ids.len() == 1 && preserved.contains(&ids[0]) {
+                        g.trigger_tokens.push(ids[0]);
+                    } else {
+                        g.trigger_patterns.push(sampler::regex_escape(&t.value));
+                    }
+                }
+                crate::shim::TRIGGER_PATTERN => g.trigger_patterns.push(t.value.clone()),
+                crate::shim::TRIGGER_PATTERN_FULL => {
+                    let v = &t.value;
+                    let mut a = String::new();
+                    if !v.starts_with('^') {
+                        a.push('^');
+                    }
+                    a.push_str(v);
+                    if !v.ends_with('$') {
+                        a.push('$');
+                    }
+                    g.trigger_patterns.push(a);
+                }
+                _ => {}
+            }
+        }
+        Ok((Some(g), None))
+    }
+
+    pub fn tokens_with_bos(&self, text: &str) -> Result<Vec<sys::llama_token>> {
+        let vocab = self.vocab();
+        let mut toks = self.tokenize(text)?;
+        // SAFETY: vocab is valid.
+        let (add_bos, bos) = unsafe { (sys::llama_vocab_get_add_bos(vocab), sys::llama_vocab_bos(vocab)) };
+        if add_bos && bos >= 0 && toks.first() != Some(&bos) {
+            toks.insert(0, bos);
+        }
+        Ok(toks)
+    }
+
+    /// The prompt's tokens: when the history holds a reply the model generated (`record`, found
+    /// at message `k`), that turn's exact prompt and reply tokens followed by the tokenized rest
+    /// (from the template's end-of-turn marker on), so the whole previous turn stays reusable in
+    /// the KV cache; otherwise the tokenized prompt.
+    pub fn prompt_tokens(
+        &self,
+        req: &ChatRequest,
+        plan: &Plan,
+        replay: Option<(usize, ReplyRecord)>,
+    ) -> Result<Vec<sys::llama_token>> {
+        if let Some(toks) = replay.and_then(|(k, r)| self.splice(req, plan, k, &r)) {
+            return Ok(toks);
+        }
+        self.tokens_with_bos(&plan.prompt)
+    }
+
+    fn splice(&self, req: &ChatRequest, plan: &Plan, k: usize, last: &ReplyRecord) -> Option<Vec<sys::llama_token>> {
+        let tools =
+            req.tools.as_ref().filter(|t| !t.is_empty()).map(|t| serde_json::to_value(t).unwrap_or(Value::Null));
+        let mode = match req.choice() {
+            Choice::None => "none",
+            Choice::Auto => "auto",
+            _ => "required",
+        };
+        let why = |r: &str| {
+            if debug_enabled() {
+                eprintln!("[llb] no splice: {r}");
+            }
+        };
+        let before = self.apply(req, &req.messages[..k], tools.clone(), mode, true).ok()?;
+        if before.prompt != last.prompt {
+            why("the history before the reply renders differently than that turn's prompt");
+            return None;
+        }
+        let Some(through) = self.apply(req, &req.messages[..=k], tools, mode, false).ok() else {
+            why("the template cannot render the history ending with the reply");
+            return None;
+        };
+        let Some(reply) = through.prompt.strip_prefix(&last.prompt) else {
+            why("the reply's rendering does not extend that turn's prompt");
+            return None;
+        };
+        let Some(rest) = plan.prompt.strip_prefix(&through.prompt) else {
+            why("the new prompt does not extend the rendered reply");
+            return None;
+        };
+        let Some(end_of_turn) = reply.rfind(&last.eog_piece) else {
+            why("the rendered reply lacks the end-of-generation token the model stopped on");
+            return None;
+        };
+        let tail = format!("{}{}", &reply[end_of_turn..], rest);
+        let mut toks = last.prompt_tokens.clone();
+        toks.extend_from_slice(&last.gen_tokens);
+        toks.extend(self.tokenize(&tail).ok()?);
+        Some(toks)
+    }
+}
+
+/// Builds the strict grammar for `required` and named choices: the tool-call section from the
+/// first output token, preceded only by the template's reasoning block when thinking is on.
+fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bool) -> String {
+    // With one call allowed: when llama.cpp's `tool-calls` rule is a bare repetition of
+    // `tool-call` (not a section with its own markers), only `tool-call` may start the reply.
+    let bare_repetition = section.lines().any(|l| {
+        l.strip_prefix("tool-calls ::= ").is_some_and(|body| {
+            body.split(|c: char| c.is_whitespace() || "()+*?".contains(c))
+                .filter(|t| !t.is_empty())
+                .all(|t| t == "tool-call" || t == "space")
+        })
+    });
+    let mut rules: Vec<String> = section
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| match l.strip_prefix("root ::= ") {
+            Some(body) if single_call && bare_repetition && body.split(" | ").any(|n| n == "tool-call") => {
+                "llb-tool-section ::= tool-call".to_string()
+            }
+            Some(body) => format!("llb-tool-section ::= {body}"),
+            None => l.to_string(),
+        })
+        .collect();
+    let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
+    let gp = p.generation_prompt.trim_end();
+    let ws = "llb-ws ::= [ \\t\\n]{0,8}";
+    // Reasoning is open when the generation prompt ends with the start tag, or when the prompt's
+    // last start tag sits in its final bytes with no end tag after it (Apriel's template opens
+    // the block with text of its own after the tag).
+    let tail_opened = p.prompt.rfind(start).is_some_and(|i| p.prompt.len() - i <= 128 && !p.prompt[i..].contains(end));
+    let opened = !start.is_empty() && !end.is_empty() && (gp.ends_with(start) || tail_opened);
+    let root = if opened && !thinking {
+        // The prompt opened a reasoning block but thinking is off: close it at once.
+        format!("root ::= {} llb-ws llb-tool-section", sampler::gbnf_literal(end))
+    } else if opened {
+        format!("root ::= {} {} llb-ws llb-tool-section", sampler::gbnf_until(end), sampler::gbnf_literal(end))
+    } else if thinking && p.supports_thinking && !start.is_empty() && !end.is_empty() {
+        format!(
+            "root ::= ({} {} {} llb-ws)? llb-tool-section",
+            sampler::gbnf_literal(start),
+            sampler::gbnf_until(end),
+            sampler::gbnf_literal(end)
+        )
+    } else {
+        "root ::= llb-tool-section".to_string()
+    };
+    rules.push(ws.to_string());
+    rules.insert(0, root);
+    rules.join("\n") + "\n"
+}
+
+/// Adapts an OpenAI message list for templates that reject what OpenAI allows (tried only after
+/// the template raised on the original list):
+/// - developer messages are system messages;
+/// - leading system messages are merged into one (or, without a system role, into the first user
+///   message); later system messages are folded into the next user message;
+/// - consecutive user/assistant messages of the same role (without tool calls) are merged;
+/// - a history that opens with an assistant (or tool) message gets an empty user turn first;
+/// - tool-call ids become 9 alphanumerics (Mistral's templates reject any other id), mapped
+///   stably so a call and its result keep matching.
+pub fn adapt_messages(messages: &[request::Message], system_role: bool) -> Vec<request::Message> {
+    use request::{Content, Message};
+    let short_id = |id: &str| -> String {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in id.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+        }
+        const ALPHA: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        (0..9).map(|i| ALPHA[((h >> (i * 7)) % 62) as usize] as char).collect()
+    };
+    let fits = |id: &str| id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+    let text = |m: &Message| m.content.as_ref().map(|c| c.text()).unwrap_or_default();
+    let plain = |role: Role, t: String| Message {
+        role,
+        content: Some(Content::Text(t)),
+        name: None,
+        tool_calls: None,
+        tool_call_id: None,
+        reasoning_content: None,
+        refusal: None,
+    };
+    let mut out: Vec<Message> = Vec::new();
+    let mut pending: Vec<String> = Vec::new();
+    let mut leading = true;
+    for m in messages {
+        let mut m = m.clone();
+        if m.role == Role::Developer {
+            m.role = Role::System;
+        }
+        for c in m.tool_calls.iter_mut().flatten() {
+            if !fits(&c.id) {
+                c.id = short_id(&c.id);
+            }
+        }
+        if let Some(id) = m.tool_call_id.as_mut().filter(|id| !fits(id)) {
+            *id = short_id(id);
+        }
+        if m.role == Role::System {
+            if leading && system_role {
+                match out.last_mut() {
+                    Some(prev) => prev.content = Some(Content::Text(format!("{}\n\n{}", text(prev), text(&m)))),
+                    None => out.push(plain(Role::System, text(&m))),
+                }
+            } else {
+                pending.push(text(&m));
+            }
+            continue;
+        }
+        leading = false;
+        if out.iter().all(|x| x.role == Role::System) && m.role != Role::User {
+            out.push(plain(Role::User, std::mem::take(&mut pending).join("\n\n")));
+        }
+        if m.role == Role::User && !pending.is_empty() {
+            m.content = Some(Content::Text(format!("{}\n\n{}", pending.join("\n\n"), text(&m))));
+            pending.clear();
+        }
+        if let Some(prev) = out.last_mut() {
+            let mergeable = |x: &Message| matches!(x.role, Role::User | Role::Assistant) && x.tool_calls.is_none();
+            if prev.role == m.role && mergeable(prev) && mergeable(&m) {
+                prev.content = Some(Content::Text(format!("{}\n\n{}", text(prev), text(&m))));
+                continue;
+            }
+        }
+        out.push(m);
+    }
+    if !pending.is_empty() {
+        out.push(plain(Role::User, pending.join("\n\n")));
+    }
+    out
+}
+
+/// `LLB_DEBUG=1`: print each request's grammar, prompt tail and raw output to stderr.
+pub fn debug_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LLB_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use request::{Content, Message};
+
+    fn msg(role: Role, t: &str) -> Message {
+        Message {
+            role,
+            content: Some(Content::Text(t.into())),
+            name: None,
+            tool_calls: None,
+            tool_call_id: None,
+            reasoning_content: None,
+            refusal: None,
+        }
+    }
+
+    fn roles(v: &[Message]) -> Vec<(Role, String)> {
+        v.iter().map(|m| (m.role, m.content.as_ref().unwrap().text())).collect()
+    }
+
+    #[test]
+    fn adaptation_merges_what_strict_templates_reject() {
+        let a = adapt_messages(
+            &[
+                msg(Role::System, "s1"),
+                msg(Role::Developer, "s2"),
+                msg(Role::User, "a"),
+                msg(Role::User, "b"),
+                msg(Role::System, "late"),
+                msg(Role::Assistant, "x"),
+                msg(Role::Assistant, "y"),
+                msg(Role::User, "c"),
+            ],
+            true,
+        );
+        assert_eq!(
+            roles(&a),
+            vec![
+                (Role::System, "s1\n\ns2".into()),
+                (Role::User, "a\n\nb".into()),
+                (Role::Assistant, "x\n\ny".into()),
+                (Role::User, "late\n\nc".into())
+            ]
+        );
+        let b = adapt_messages(&[msg(Role::System, "s"), msg(Role::User, "a")], false);
+        assert_eq!(roles(&b), vec![(Role::User, "s\n\na".into())]);
+        let c = adapt_messages(&[msg(Role::Assistant, "hi"), msg(Role::User, "a")], true);
+        assert_eq!(roles(&c), vec![(Role::User, "".into()), (Role::Assistant, "hi".into()), (Role::User, "a".into())]);
+        // Tool-call ids: 9 alphanumerics, the same for a call and its result.
+        let mut call = msg(Role::Assistant, "");
+        call.tool_calls = Some(vec![request::ToolCall {
+            id: "call_abc".into(),
+            kind: "function".into(),
+            function: request::FunctionCall { name: "f".into(), arguments: "{}".into() },
+        }]);
+        let mut result = msg(Role::Tool, "42");
+        result.tool_call_id = Some("call_abc".into());
+        let d = adapt_messages(&[msg(Role::User, "q"), call, result], true);
+        let id = &d[1].tool_calls.as_ref().unwrap()[0].id;
+        assert!(id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
+        assert_eq!(d[2].tool_call_id.as_deref(), Some(id.as_str()));
+    }
+
+}
