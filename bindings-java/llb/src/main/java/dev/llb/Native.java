@@ -117,6 +117,58 @@ final class Native {
         }
     }
 
+    /**
+     * The pool entry points, looked up on first use: a library older than the pool API still
+     * serves engines.
+     */
+    private static final class Pool {
+        // llb_pool *llb_pool_create(const char *config_json, llb_event_fn on_event, void *user_data);
+        static final MethodHandle CREATE = downcall("llb_pool_create", FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS, ADDRESS));
+        // char *llb_pool_infer(llb_pool *pool, const char *request_json, llb_event_fn on_event, void *user_data);
+        static final MethodHandle INFER =
+                downcall("llb_pool_infer", FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS, ADDRESS, ADDRESS));
+        // char *llb_pool_stats(llb_pool *pool);
+        static final MethodHandle STATS = downcall("llb_pool_stats", FunctionDescriptor.of(ADDRESS, ADDRESS));
+        // void llb_pool_destroy(llb_pool *pool);
+        static final MethodHandle DESTROY = downcall("llb_pool_destroy", FunctionDescriptor.ofVoid(ADDRESS));
+    }
+
+    /** Returns the handle, or {@link MemorySegment#NULL} after a {@code create_failure} event to {@code events}. */
+    static MemorySegment poolCreate(String configJson, EventDispatcher events) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment stub = eventStub(events, arena);
+            return (MemorySegment) Pool.CREATE.invokeExact(arena.allocateFrom(configJson), stub, MemorySegment.NULL);
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
+    /** Runs one request on a pool; its events go to {@code events} (a stub that lives for this call). */
+    static String poolInfer(MemorySegment pool, String requestJson, EventDispatcher events) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment stub = eventStub(events, arena);
+            return take((MemorySegment) Pool.INFER.invokeExact(pool, arena.allocateFrom(requestJson), stub, MemorySegment.NULL));
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
+    static String poolStats(MemorySegment pool) {
+        try {
+            return take((MemorySegment) Pool.STATS.invokeExact(pool));
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
+    static void poolDestroy(MemorySegment pool) {
+        try {
+            Pool.DESTROY.invokeExact(pool);
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
     /** Runs a pull; events go to {@code events}. The upcall stub lives only for this call. */
     static String modelPull(String requestJson, PullEvents events) {
         try (Arena arena = Arena.ofConfined()) {

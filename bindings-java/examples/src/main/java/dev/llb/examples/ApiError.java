@@ -35,7 +35,7 @@ final class ApiError extends RuntimeException {
             case "invalid_json", "invalid_argument", "context_overflow" ->
                     new ApiError(400, "invalid_request_error", e.code(), param(e.getMessage()), e.getMessage());
             case "tools_unsupported" -> new ApiError(422, "invalid_request_error", e.code(), null, e.getMessage());
-            case "busy" -> new ApiError(503, "server_error", e.code(), null, e.getMessage());
+            case "busy", "queue_full" -> new ApiError(503, "server_error", e.code(), null, e.getMessage());
             default -> new ApiError(500, "server_error", e.code(), null, e.getMessage());
         };
     }

@@ -5,11 +5,10 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
-import dev.llb.ChatEngine;
+import dev.llb.ChatPool;
 import dev.llb.LlbException;
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.util.concurrent.TimeUnit;
 
 /**
  * {@code POST /v1/chat/completions}: the request body goes to llb as it is (llb validates it and
@@ -17,14 +16,13 @@ import java.util.concurrent.TimeUnit;
  */
 final class ChatCompletionsHandler implements HttpHandler {
     private static final ObjectMapper MAPPER = new ObjectMapper();
-    private static final long ENGINE_WAIT_SECONDS = 300;
 
-    private final EnginePool engines;
+    private final ChatPool pool;
     private final LlbException refusal;
 
-    /** Serves {@code engines}, or answers every request with {@code refusal} when the model was refused. */
-    ChatCompletionsHandler(EnginePool engines, LlbException refusal) {
-        this.engines = engines;
+    /** Serves {@code pool}, or answers every request with {@code refusal} when the model was refused. */
+    ChatCompletionsHandler(ChatPool pool, LlbException refusal) {
+        this.pool = pool;
         this.refusal = refusal;
     }
 
@@ -36,15 +34,14 @@ final class ChatCompletionsHandler implements HttpHandler {
             Exchanges.error(exchange, e);
         } catch (LlbException e) {
             Exchanges.error(exchange, ApiError.of(e));
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
+        } catch (IllegalStateException e) {
             Exchanges.error(exchange, new ApiError(503, "server_error", "shutting_down", null, "the server is stopping"));
         } finally {
             exchange.close();
         }
     }
 
-    private void serve(HttpExchange exchange) throws IOException, InterruptedException {
+    private void serve(HttpExchange exchange) throws IOException {
         if (!exchange.getRequestURI().getPath().equals("/v1/chat/completions")) {
             throw ApiError.invalidRequest(404, "unknown_url", "Unknown request URL: " + exchange.getRequestURI());
         }
@@ -55,22 +52,18 @@ final class ChatCompletionsHandler implements HttpHandler {
             throw ApiError.of(refusal);
         }
         String body = Exchanges.body(exchange);
-        ChatEngine engine = engines.acquire(ENGINE_WAIT_SECONDS, TimeUnit.SECONDS);
-        try {
-            if (wantsStream(body)) {
-                stream(exchange, engine, body);
-            } else {
-                Exchanges.json(exchange, 200, engine.infer(body));
-            }
-        } finally {
-            engines.release(engine);
+        // The pool runs this request beside the others (or queues it; past its queue: queue_full).
+        if (wantsStream(body)) {
+            stream(exchange, pool, body);
+        } else {
+            Exchanges.json(exchange, 200, pool.infer(body));
         }
     }
 
-    private static void stream(HttpExchange exchange, ChatEngine engine, String body) {
+    private static void stream(HttpExchange exchange, ChatPool pool, String body) {
         EventStream events = new EventStream(exchange);
         try {
-            engine.stream(body, events::send);
+            pool.stream(body, events::send);
             events.done();
         } catch (LlbException e) {
             if (!events.started()) {

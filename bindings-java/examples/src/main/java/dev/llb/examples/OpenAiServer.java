@@ -2,6 +2,7 @@ package dev.llb.examples;
 
 import com.sun.net.httpserver.HttpServer;
 import dev.llb.ChatConfig;
+import dev.llb.ChatPool;
 import dev.llb.LlbException;
 import dev.llb.ToolsUnsupportedException;
 import java.io.IOException;
@@ -15,28 +16,33 @@ import java.util.concurrent.Executors;
  * {@code GET /v1/models}, {@code POST /v1/chat/completions} (JSON, or Server-Sent Events with
  * {@code "stream":true}), errors as OpenAI error objects.
  *
- * <pre>run-example-server --model PATH --port PORT [--host 127.0.0.1] [--engines 1] [--threads N] [--ctx 4096]</pre>
+ * <pre>run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N] [--ctx N]</pre>
  *
- * <p>{@code --port 0} picks a free port; the first line on stdout says which. Requests run in
- * parallel up to {@code --engines} (one llb engine each, sharing the weights); more wait.
+ * <p>{@code --port 0} picks a free port; the first line on stdout says which. Every request runs
+ * on one llb pool ({@link ChatPool}): up to {@code --parallel} decode at once in one batched
+ * context, sharing prompt prefixes; up to {@code --queue} more wait (llb's default: 16 per
+ * parallel request), and past that a request gets 503 {@code queue_full}. {@code --ctx} is the
+ * KV budget all requests share (llb's default: 4096 tokens per parallel request);
+ * {@code --threads} defaults to llb's process-wide budget (the machine's cores).
  * A model that llb refuses for lack of tool calling still starts the server, which then answers
  * every completion with llb's refusal (422, code {@code tools_unsupported}); other load failures
  * (missing file, not a GGUF, ...) stop it with exit status 1.
  */
 public final class OpenAiServer {
     private static final String USAGE =
-            "usage: run-example-server --model PATH --port PORT [--host 127.0.0.1] [--engines 1] [--threads N] [--ctx 4096]";
+            "usage: run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N] [--ctx N]";
 
     private OpenAiServer() {}
 
-    record Options(Path model, String host, int port, int engines, int threads, int contextSize) {
+    record Options(Path model, String host, int port, int parallel, Integer queue, Integer threads, Integer contextSize) {
         static Options parse(String[] args) {
             Path model = null;
             String host = "127.0.0.1";
             Integer port = null;
-            int engines = 1;
+            int parallel = 4;
+            Integer queue = null;
             Integer threads = null;
-            int contextSize = 4096;
+            Integer contextSize = null;
             for (int i = 0; i < args.length; i++) {
                 String flag = args[i];
                 if (i + 1 >= args.length) {
@@ -47,7 +53,9 @@ public final class OpenAiServer {
                     case "--model" -> model = Path.of(value);
                     case "--host" -> host = value;
                     case "--port" -> port = Integer.parseInt(value);
-                    case "--engines" -> engines = Integer.parseInt(value);
+                    // --engines: the name before pools (one engine per request); same meaning.
+                    case "--parallel", "--engines" -> parallel = Integer.parseInt(value);
+                    case "--queue" -> queue = Integer.parseInt(value);
                     case "--threads" -> threads = Integer.parseInt(value);
                     case "--ctx" -> contextSize = Integer.parseInt(value);
                     default -> throw new IllegalArgumentException("unknown option " + flag);
@@ -56,12 +64,10 @@ public final class OpenAiServer {
             if (model == null || port == null) {
                 throw new IllegalArgumentException("--model and --port are required");
             }
-            if (engines < 1) {
-                throw new IllegalArgumentException("--engines must be at least 1");
+            if (parallel < 1) {
+                throw new IllegalArgumentException("--parallel must be at least 1");
             }
-            // Decoding threads spin-wait: more threads than cores slows everything down.
-            int perEngine = threads != null ? threads : Math.max(1, Runtime.getRuntime().availableProcessors() / engines);
-            return new Options(model, host, port, engines, perEngine, contextSize);
+            return new Options(model, host, port, parallel, queue, threads, contextSize);
         }
     }
 
@@ -75,12 +81,18 @@ public final class OpenAiServer {
             return;
         }
         String modelId = options.model().getFileName().toString();
-        ChatConfig config = ChatConfig.of(options.model()).withContextSize(options.contextSize()).withThreads(options.threads());
+        ChatConfig config = ChatConfig.of(options.model());
+        if (options.contextSize() != null) {
+            config = config.withContextSize(options.contextSize());
+        }
+        if (options.threads() != null) {
+            config = config.withThreads(options.threads());
+        }
 
-        EnginePool engines = null;
+        ChatPool pool = null;
         LlbException refusal = null;
         try {
-            engines = new EnginePool(config, options.engines());
+            pool = ChatPool.open(config, options.parallel(), options.queue());
         } catch (ToolsUnsupportedException e) {
             refusal = e;
             System.err.println("llb refused " + options.model() + ": " + e.getMessage() + " caps=" + e.caps()
@@ -92,10 +104,11 @@ public final class OpenAiServer {
         }
 
         HttpServer server = HttpServer.create(new InetSocketAddress(options.host(), options.port()), 64);
-        ExecutorService workers = Executors.newFixedThreadPool(options.engines() + 4);
+        // One thread per connection: a request blocks its thread while the pool runs or queues it.
+        ExecutorService workers = Executors.newVirtualThreadPerTaskExecutor();
         server.setExecutor(workers);
-        server.createContext("/v1/models", new ModelsHandler(modelId, engines != null));
-        server.createContext("/v1/chat/completions", new ChatCompletionsHandler(engines, refusal));
+        server.createContext("/v1/models", new ModelsHandler(modelId, pool != null));
+        server.createContext("/v1/chat/completions", new ChatCompletionsHandler(pool, refusal));
         server.createContext("/", exchange -> {
             try (exchange) {
                 Exchanges.error(exchange, ApiError.invalidRequest(404, "unknown_url",
@@ -104,16 +117,16 @@ public final class OpenAiServer {
         });
         server.start();
 
-        EnginePool pool = engines;
+        ChatPool served = pool;
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             server.stop(0);
             workers.shutdownNow();
-            if (pool != null) {
-                pool.close(); // cancels running completions and waits for them
+            if (served != null) {
+                served.close(); // cancels running completions and waits for them
             }
         }, "llb-server-shutdown"));
-        System.out.printf("llb example server listening on http://%s:%d/v1 (model %s, %d engine(s) x %d thread(s))%n",
-                options.host(), server.getAddress().getPort(), modelId, options.engines(), options.threads());
+        System.out.printf("llb example server listening on http://%s:%d/v1 (model %s, %d parallel)%n",
+                options.host(), server.getAddress().getPort(), modelId, options.parallel());
         System.out.flush();
     }
 }

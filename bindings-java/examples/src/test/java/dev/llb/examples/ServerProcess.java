@@ -29,11 +29,12 @@ final class ServerProcess implements AutoCloseable {
         this.baseUrl = baseUrl;
     }
 
-    static ServerProcess start(Path model, Path logDir) throws IOException, InterruptedException {
+    static ServerProcess start(Path model, Path logDir, String... options) throws IOException, InterruptedException {
         Path log = logDir.resolve(model.getFileName() + ".server.log");
-        ProcessBuilder builder = new ProcessBuilder(List.of(Processes.property("llb.example.server"),
-                "--model", model.toString(), "--port", "0", "--threads", "1", "--ctx", "2048"))
-                .redirectError(log.toFile());
+        List<String> command = new java.util.ArrayList<>(List.of(Processes.property("llb.example.server"),
+                "--model", model.toString(), "--port", "0", "--threads", "1"));
+        command.addAll(List.of(options));
+        ProcessBuilder builder = new ProcessBuilder(command).redirectError(log.toFile());
         builder.environment().put("LLB_LIBRARY_PATH", Processes.property("llb.library.path"));
         Process process = builder.start();
         process.getOutputStream().close();

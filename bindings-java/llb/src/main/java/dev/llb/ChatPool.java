@@ -1,0 +1,229 @@
+package dev.llb;
+
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.lang.foreign.MemorySegment;
+import java.lang.ref.Cleaner;
+import java.lang.ref.Reference;
+import java.util.HashSet;
+import java.util.Objects;
+import java.util.Set;
+import java.util.function.Consumer;
+
+/**
+ * Many conversations at once on one model: an llb pool ({@code llb_pool_*}), one batched
+ * llama.cpp context whose sequences the requests share.
+ *
+ * <p>Every running request's next token goes into one batched decode; prompts are evaluated in
+ * chunks between the others' steps; a prompt prefix any sequence already holds (the same system
+ * prompt and tools, or a conversation's previous turn) is copied instead of evaluated and shows
+ * as {@code usage.prompt_tokens_details.cached_tokens}. Idle conversations stay in the KV cache
+ * until space is needed (least recently used first).
+ *
+ * <h2>Threads</h2>
+ * Any number of threads may call {@link #infer} and {@link #stream} at once; each call blocks its
+ * thread until its own completion, and its chunk consumer runs on that thread. Up to
+ * {@code parallel} requests decode at once, up to {@code maxQueue} more wait for a turn; past
+ * that a call fails at once with {@link LlbException} code {@code "queue_full"}. Cancelling one
+ * request never disturbs the others. {@link #close()} may be called from any thread: it cancels
+ * the running calls, waits for them, then frees the pool.
+ *
+ * <h2>Callbacks</h2>
+ * As for {@link ChatEngine}: whatever a chunk consumer throws cancels its own request and is
+ * rethrown from that call once llb has returned.
+ */
+public final class ChatPool implements AutoCloseable {
+    private static final Cleaner CLEANER = Cleaner.create();
+
+    private final MemorySegment handle;
+    private final Cleaner.Cleanable resources;
+    /** Guards the fields below. */
+    private final Object lock = new Object();
+    private final Set<EventDispatcher> running = new HashSet<>();
+    /** Calls of this pool on the current thread (a chunk consumer may call the pool again). */
+    private final ThreadLocal<int[]> depth = ThreadLocal.withInitial(() -> new int[1]);
+    /** Native calls in progress, stats included. */
+    private int active;
+    private boolean closed;
+
+    private ChatPool(MemorySegment handle) {
+        this.handle = handle;
+        this.resources = CLEANER.register(this, new Resources(handle));
+    }
+
+    /** Frees the native pool. Holds no reference to the pool object. */
+    private record Resources(MemorySegment handle) implements Runnable {
+        @Override
+        public void run() {
+            Native.poolDestroy(handle);
+        }
+    }
+
+    /**
+     * Opens a pool of {@code parallel} concurrent requests with llb's default queue
+     * ({@code 16 × parallel}). {@code config}'s context size is the KV budget all requests share
+     * (llb's default: 4096 tokens per parallel request).
+     *
+     * @throws ToolsUnsupportedException when llb refuses the model (no tool calling)
+     * @throws LlbException for any other failure ({@code invalid_argument}, {@code file_not_found}, ...)
+     */
+    public static ChatPool open(ChatConfig config, int parallel) {
+        return open(config, parallel, null);
+    }
+
+    /** {@link #open(ChatConfig, int)} with at most {@code maxQueue} requests waiting for a turn. */
+    public static ChatPool open(ChatConfig config, int parallel, Integer maxQueue) {
+        Objects.requireNonNull(config, "config");
+        ObjectNode json = (ObjectNode) Json.parse(config.toJson());
+        json.put("n_parallel", parallel);
+        if (maxQueue != null) {
+            json.put("max_queue", maxQueue);
+        }
+        EventDispatcher events = new EventDispatcher();
+        events.begin(null, null);
+        MemorySegment handle = Native.poolCreate(json.toString(), events);
+        if (handle.equals(MemorySegment.NULL)) {
+            throw events.takeCreateFailure();
+        }
+        return new ChatPool(handle);
+    }
+
+    /**
+     * Runs one OpenAI chat completion and returns the {@code chat.completion} JSON.
+     *
+     * @throws LlbException with llb's code: {@code invalid_json}, {@code invalid_argument},
+     *     {@code context_overflow}, {@code queue_full}, ...
+     * @throws IllegalStateException after {@link #close()}
+     */
+    public String infer(String requestJson) {
+        return call(requestJson, null, null);
+    }
+
+    /** {@link #infer(String)}, cancellable from another thread with {@code cancel}. */
+    public String infer(String requestJson, CancellationToken cancel) {
+        return call(requestJson, null, Objects.requireNonNull(cancel, "cancel"));
+    }
+
+    /**
+     * Runs one chat completion with {@code "stream":true} (added when missing), handing each
+     * {@code chat.completion.chunk} JSON to {@code onChunk} on this thread. Returns the final
+     * {@code chat.completion} JSON.
+     */
+    public String stream(String requestJson, Consumer<String> onChunk) {
+        return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
+                Objects.requireNonNull(onChunk, "onChunk"), null);
+    }
+
+    /** {@link #stream(String, Consumer)}, cancellable with {@code cancel}. */
+    public String stream(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
+        return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
+                Objects.requireNonNull(onChunk, "onChunk"), Objects.requireNonNull(cancel, "cancel"));
+    }
+
+    /**
+     * The pool's state as llb reports it: {@code {"type":"pool_stats","n_slots","n_parallel",
+     * "n_ctx","running","queued","tokens_held":[...]}}.
+     */
+    public String stats() {
+        enter(null);
+        try {
+            return Json.orThrow(Native.poolStats(handle));
+        } finally {
+            leave(null);
+        }
+    }
+
+    private String call(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
+        Objects.requireNonNull(requestJson, "requestJson");
+        EventDispatcher events = new EventDispatcher();
+        events.begin(onChunk, cancel);
+        enter(events);
+        try {
+            String response;
+            Throwable fromCallback;
+            try {
+                response = Native.poolInfer(handle, requestJson, events);
+            } finally {
+                fromCallback = events.end();
+            }
+            if (fromCallback != null) {
+                throw rethrow(fromCallback);
+            }
+            return Json.orThrow(response);
+        } finally {
+            leave(events);
+        }
+    }
+
+    private void enter(EventDispatcher events) {
+        synchronized (lock) {
+            if (closed) {
+                throw new IllegalStateException("this ChatPool is closed");
+            }
+            if (events != null) {
+                running.add(events);
+            }
+            active++;
+            depth.get()[0]++;
+        }
+    }
+
+    private void leave(EventDispatcher events) {
+        synchronized (lock) {
+            if (events != null) {
+                running.remove(events);
+            }
+            active--;
+            depth.get()[0]--;
+            if (closed && active == 0) {
+                resources.clean(); // close() was called during a call (maybe from a callback)
+            }
+            lock.notifyAll();
+        }
+        Reference.reachabilityFence(this);
+    }
+
+    /**
+     * Frees the pool. Idempotent and callable from any thread: running calls are cancelled and
+     * waited for; called from a chunk consumer of this pool, the pool is freed as soon as the
+     * running calls return.
+     */
+    @Override
+    public void close() {
+        synchronized (lock) {
+            closed = true;
+            running.forEach(EventDispatcher::abort);
+            if (depth.get()[0] > 0) {
+                return;
+            }
+            boolean interrupted = false;
+            while (active > 0) {
+                try {
+                    lock.wait();
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
+            resources.clean();
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /** Whether {@link #close()} has been called. */
+    public boolean isClosed() {
+        synchronized (lock) {
+            return closed;
+        }
+    }
+
+    private static RuntimeException rethrow(Throwable t) {
+        if (t instanceof RuntimeException r) {
+            return r;
+        }
+        if (t instanceof Error e) {
+            throw e;
+        }
+        return new IllegalStateException("a chunk consumer threw a checked exception", t);
+    }
+}

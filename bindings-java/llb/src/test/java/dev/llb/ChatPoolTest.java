@@ -1,0 +1,158 @@
+package dev.llb;
+
+import static dev.llb.Completions.assemble;
+import static dev.llb.Completions.assertOneValidToolCall;
+import static dev.llb.Completions.json;
+import static dev.llb.Completions.message;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** A pool from many threads: concurrent requests, one cancelled, queue_full, close while running. */
+class ChatPoolTest {
+    private static final long TIMEOUT_S = 120;
+
+    @TempDir
+    static Path dir;
+    static Path tools;
+    ExecutorService threads;
+
+    @BeforeAll
+    static void fixture() {
+        tools = Fixtures.toolModel(dir);
+    }
+
+    @BeforeEach
+    void start() {
+        threads = Executors.newCachedThreadPool();
+    }
+
+    @AfterEach
+    void stop() throws InterruptedException {
+        threads.shutdownNow();
+        assertTrue(threads.awaitTermination(TIMEOUT_S, TimeUnit.SECONDS));
+    }
+
+    private static ChatConfig config() {
+        return ChatConfig.of(tools).withThreads(1).withContextSize(4096);
+    }
+
+    @Test
+    void eightThreadsGetTheSameCallsAsOneEngineAndShareThePrefix() throws Exception {
+        String expected;
+        try (ChatEngine engine = ChatEngine.open(Fixtures.config(tools))) {
+            expected = message(engine.infer(Requests.toolNamed())).toolCalls().get(0).arguments();
+        }
+        try (ChatPool pool = ChatPool.open(config(), 4)) {
+            List<Future<String>> results = new ArrayList<>();
+            List<List<String>> streams = new ArrayList<>();
+            for (int i = 0; i < 8; i++) {
+                List<String> chunks = Collections.synchronizedList(new ArrayList<>());
+                streams.add(chunks);
+                boolean stream = i % 2 == 0;
+                results.add(threads.submit(() -> stream ? pool.stream(Requests.toolNamed(), chunks::add)
+                        : pool.infer(Requests.toolNamed())));
+            }
+            int cached = 0;
+            for (int i = 0; i < 8; i++) {
+                String completion = results.get(i).get(TIMEOUT_S, TimeUnit.SECONDS);
+                Completions.Message m = message(completion);
+                assertEquals(expected, assertOneValidToolCall(m).arguments(), "request " + i);
+                if (i % 2 == 0) {
+                    assertEquals(m, assemble(streams.get(i)), "stream " + i + " rebuilds its message");
+                }
+                cached += json(completion).path("usage").path("prompt_tokens_details").path("cached_tokens").asInt();
+            }
+            // Eight identical prompts: all but the first evaluation are copies.
+            assertTrue(cached > 0, "no prompt prefix was shared across the 8 requests");
+            assertEquals("pool_stats", json(pool.stats()).path("type").asText());
+        }
+    }
+
+    @Test
+    void cancellingOneLeavesTheOthersComplete() throws Exception {
+        try (ChatPool pool = ChatPool.open(config(), 4)) {
+            CancellationToken cancel = new CancellationToken();
+            CountDownLatch started = new CountDownLatch(1);
+            Future<String> cancelled = threads.submit(() -> pool.stream(Requests.text(400), c -> started.countDown(), cancel));
+            List<Future<String>> others = new ArrayList<>();
+            for (int i = 0; i < 3; i++) {
+                others.add(threads.submit(() -> pool.infer(Requests.toolRequired())));
+            }
+            assertTrue(started.await(TIMEOUT_S, TimeUnit.SECONDS));
+            cancel.cancel();
+            assertEquals("cancelled", json(cancelled.get(TIMEOUT_S, TimeUnit.SECONDS))
+                    .path("choices").path(0).path("finish_reason").asText());
+            for (Future<String> f : others) {
+                assertOneValidToolCall(message(f.get(TIMEOUT_S, TimeUnit.SECONDS)));
+            }
+        }
+    }
+
+    @Test
+    void pastItsQueueAPoolAnswersQueueFull() throws Exception {
+        try (ChatPool pool = ChatPool.open(config(), 1, 0)) {
+            CountDownLatch streaming = new CountDownLatch(1);
+            CountDownLatch release = new CountDownLatch(1);
+            Future<String> first = threads.submit(() -> pool.stream(Requests.text(8), c -> {
+                streaming.countDown();
+                await(release);
+            }));
+            assertTrue(streaming.await(TIMEOUT_S, TimeUnit.SECONDS));
+            LlbException e = assertThrows(LlbException.class, () -> pool.infer(Requests.toolRequired()));
+            assertEquals("queue_full", e.code());
+            release.countDown();
+            first.get(TIMEOUT_S, TimeUnit.SECONDS);
+            assertOneValidToolCall(message(pool.infer(Requests.toolRequired())));
+        }
+    }
+
+    @Test
+    void closeCancelsRunningCallsAndWaitsForThem() throws Exception {
+        ChatPool pool = ChatPool.open(config(), 2);
+        CountDownLatch started = new CountDownLatch(2);
+        List<Future<String>> running = new ArrayList<>();
+        for (int i = 0; i < 2; i++) {
+            running.add(threads.submit(() -> pool.stream(Requests.text(2000), c -> started.countDown())));
+        }
+        assertTrue(started.await(TIMEOUT_S, TimeUnit.SECONDS));
+        pool.close();
+        for (Future<String> f : running) {
+            assertEquals("cancelled", json(f.get(TIMEOUT_S, TimeUnit.SECONDS))
+                    .path("choices").path(0).path("finish_reason").asText());
+        }
+        assertThrows(IllegalStateException.class, () -> pool.infer(Requests.toolRequired()));
+        pool.close(); // idempotent
+    }
+
+    @Test
+    void badPoolConfigsAreLlbErrors() {
+        LlbException e = assertThrows(LlbException.class, () -> ChatPool.open(config(), 0));
+        assertEquals("invalid_argument", e.code());
+        assertTrue(e.getMessage().contains("n_parallel"), e.getMessage());
+        assertThrows(ToolsUnsupportedException.class, () -> ChatPool.open(ChatConfig.of(Fixtures.plainModel(dir)), 2));
+    }
+
+    private static void await(CountDownLatch latch) {
+        try {
+            latch.await();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+}
