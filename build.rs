@@ -5,15 +5,23 @@
 //! 2. Build llama.cpp's static libraries with CMake, always Release, into a directory keyed by the
 //!    pin and the options so that debug and release cargo profiles share one build.
 //! 3. Compile the C++ shim (`native/shim.cpp`) with the cc crate.
-//! 4. bindgen: Rust FFI for `llama.h`, `gguf.h` and `native/shim.h`.
-//! 5. cbindgen: the public C header, written to `OUT_DIR/llb.h`; `include/llb.h` is the committed
+//! 4. cbindgen: the public C header, written to `OUT_DIR/llb.h`; `include/llb.h` is the committed
 //!    copy, refreshed when `LLB_BLESS_HEADER=1` and checked by a test.
+//!
+//! The Rust FFI for `llama.h`, `gguf.h` and `native/shim.h` is not generated here: bindgen's output
+//! for the pinned tree is committed (`src/sys/bindings.rs`), so a build needs no libclang;
+//! `tests/bindings.rs` regenerates it and compares where libclang is installed.
+//!
+//! A missing tool (cmake, a C/C++ compiler, pip) stops the build with one `error:` line saying
+//! what to install (`cargo::error`), not a panic backtrace.
 
 use std::collections::BTreeMap;
 use std::env;
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -28,14 +36,84 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LLB_PORTABLE");
     println!("cargo:rerun-if-env-changed=LLB_LLAMA_BUILD_DIR");
     println!("cargo:rerun-if-env-changed=LLB_BLESS_HEADER");
+    // The tools checked below: a build that failed for want of one reruns anyway, these make a
+    // changed choice count too.
+    println!("cargo:rerun-if-env-changed=CMAKE");
+    println!("cargo:rerun-if-env-changed=PIP");
 
+    // Fail fast, before fetching or building anything, when a tool is missing.
+    check_build_tools();
     let src = llama_source(&manifest, &out, &pin);
     println!("cargo:rustc-env=LLB_LLAMA_CPP_SRC={}", src.display());
     let build = build_llama(&src, &out, &pin);
     link_llama(&build);
     build_shim(&manifest, &src);
-    generate_bindings(&manifest, &src, &out);
     generate_header(&manifest, &out);
+}
+
+/// Stops the build with one clear line: cargo prints `error: llb@<version>: <msg>` and fails the
+/// build because of the `cargo::error` line (exiting non-zero would add a dump of this script's
+/// whole output, and a panic a backtrace).
+fn fail(msg: impl std::fmt::Display) -> ! {
+    println!("cargo::error={msg}");
+    std::process::exit(0)
+}
+
+/// A line the user should see now. Cargo shows `cargo:warning` lines only once the build script
+/// has finished, so when there is a terminal the line also goes straight to it.
+fn progress(msg: &str) {
+    println!("cargo:warning={msg}");
+    if let Ok(mut tty) = fs::OpenOptions::new().write(true).open("/dev/tty") {
+        let _ = writeln!(tty, "\r\x1b[2K     llb: {msg}");
+    }
+}
+
+/// What a cold llama.cpp build takes (measured on the 2-core CI machine; see README).
+const COLD_BUILD_TIME: &str = "15-25 minutes on 2 cores, a few minutes with a warm ccache";
+
+const SETUP_HINT: &str = "(or run ./scripts/setup.sh, which installs what is missing on Debian/Ubuntu)";
+
+/// The tools the native build runs: CMake >= 3.16, ninja or make, a C and a C++ compiler.
+fn check_build_tools() {
+    let cmake = env::var("CMAKE").unwrap_or_else(|_| "cmake".into());
+    let version = Command::new(&cmake).arg("--version").output().ok().filter(|o| o.status.success());
+    let Some(version) = version else {
+        fail(format!(
+            "llb needs CMake >= 3.16 to build llama.cpp and `{cmake} --version` did not run: install it with `sudo apt-get install cmake` {SETUP_HINT}"
+        ));
+    };
+    let text = String::from_utf8_lossy(&version.stdout);
+    let found = text.lines().next().and_then(|l| l.strip_prefix("cmake version ")).unwrap_or("").trim().to_string();
+    let mut parts = found.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < (3, 16) {
+        fail(format!(
+            "llb needs CMake >= 3.16 to build llama.cpp, found `{}`: install a newer one (`sudo apt-get install cmake`, or `pip install cmake`)",
+            text.lines().next().unwrap_or("?")
+        ));
+    }
+    if which("ninja").is_none() && which("make").is_none() {
+        fail(format!("llb needs ninja or make to build llama.cpp: install it with `sudo apt-get install ninja-build` {SETUP_HINT}"));
+    }
+    for (var, names, what) in [("CC", ["cc", "gcc", "clang"], "C"), ("CXX", ["c++", "g++", "clang++"], "C++")] {
+        let found = match env::var(var) {
+            // CC/CXX may carry a launcher or flags ("ccache gcc"): the program is the first word.
+            Ok(v) if !v.trim().is_empty() => {
+                let prog = v.split_whitespace().next().unwrap().to_string();
+                Path::new(&prog).is_file() || which(&prog).is_some()
+            }
+            _ => names.iter().any(|n| which(n).is_some()),
+        };
+        if !found {
+            let which_one = match env::var(var) {
+                Ok(v) if !v.trim().is_empty() => format!("{var}={v} is not a program here"),
+                _ => format!("none of {} is on PATH", names.join(", ")),
+            };
+            fail(format!(
+                "llb needs a {what} compiler to build llama.cpp and its shim ({which_one}): install one with `sudo apt-get install g++` {SETUP_HINT}"
+            ));
+        }
+    }
 }
 
 /// `key=value` lines; `#` starts a comment.
@@ -62,11 +140,12 @@ fn is_llama_tree(dir: &Path) -> bool {
 fn llama_source(manifest: &Path, out: &Path, pin: &BTreeMap<String, String>) -> PathBuf {
     if let Ok(dir) = env::var("LLB_LLAMA_CPP_DIR") {
         let dir = PathBuf::from(dir);
-        assert!(
-            is_llama_tree(&dir),
-            "LLB_LLAMA_CPP_DIR={} is not a llama.cpp tree (no CMakeLists.txt + common/chat.h)",
-            dir.display()
-        );
+        if !is_llama_tree(&dir) {
+            fail(format!(
+                "LLB_LLAMA_CPP_DIR={} is not a llama.cpp tree (no CMakeLists.txt + common/chat.h)",
+                dir.display()
+            ));
+        }
         return dir;
     }
     let local = manifest.join("native/llama.cpp");
@@ -83,33 +162,58 @@ fn fetch_pinned(dest: &Path, out: &Path, pin: &BTreeMap<String, String>) {
     let _ = fs::remove_dir_all(&dl);
     fs::create_dir_all(&dl).unwrap();
     let spec = format!("{}=={}", pin["package"], pin["version"]);
-    println!("cargo:warning=llama.cpp not found; fetching pinned source {spec} with pip");
-    let pip = env::var("PIP").unwrap_or_else(|_| "pip".into());
-    let status = Command::new(&pip)
+    let pip = find_pip().unwrap_or_else(|| {
+        fail(format!(
+            "llb needs the llama.cpp {} source: install pip (`sudo apt-get install python3-pip`) so the build can fetch the pinned {spec} sdist, or set LLB_LLAMA_CPP_DIR to a llama.cpp {} tree",
+            pin["chat_stack"], pin["chat_stack"]
+        ))
+    });
+    progress(&format!(
+        "llama.cpp source not found: fetching the pinned {spec} sdist with `{}` into {}",
+        pip.join(" "),
+        dest.display()
+    ));
+    let output = Command::new(&pip[0])
+        .args(&pip[1..])
         .args(["download", "--no-deps", "--no-binary", &pin["package"], &spec, "-d"])
         .arg(&dl)
-        .status()
-        .unwrap_or_else(|e| panic!("running `{pip} download` failed: {e}; install pip or set LLB_LLAMA_CPP_DIR"));
-    assert!(status.success(), "`{pip} download {spec}` failed");
+        .output();
+    match output {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim();
+            fail(format!(
+                "`{} download {spec}` failed ({last}); fetch needs access to PyPI, or set LLB_LLAMA_CPP_DIR to a llama.cpp {} tree",
+                pip.join(" "),
+                pin["chat_stack"]
+            ))
+        }
+        Err(e) => fail(format!("running `{} download` failed: {e}", pip.join(" "))),
+    }
     let archive = fs::read_dir(&dl)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.to_string_lossy().ends_with(".tar.gz"))
-        .expect("pip produced no .tar.gz sdist");
+        .unwrap_or_else(|| fail(format!("`{} download {spec}` produced no .tar.gz sdist", pip.join(" "))));
     let digest = Sha256::digest(fs::read(&archive).unwrap());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     if hex != pin["sha256"] {
         let _ = fs::remove_file(&archive);
-        panic!("{} has sha256 {hex}, the pin says {}: refusing it", archive.display(), pin["sha256"]);
+        fail(format!("{} has sha256 {hex}, the pin says {}: refusing it", archive.display(), pin["sha256"]));
     }
     let unpack = out.join("sdist-unpacked");
     let _ = fs::remove_dir_all(&unpack);
     fs::create_dir_all(&unpack).unwrap();
-    let status = Command::new("tar").arg("xzf").arg(&archive).arg("-C").arg(&unpack).status().unwrap();
-    assert!(status.success(), "unpacking {} failed", archive.display());
+    let status = Command::new("tar").arg("xzf").arg(&archive).arg("-C").arg(&unpack).status();
+    if !matches!(status, Ok(s) if s.success()) {
+        fail(format!("unpacking {} with tar failed", archive.display()));
+    }
     let top = fs::read_dir(&unpack).unwrap().next().unwrap().unwrap().path();
     let tree = top.join(&pin["subdir"]);
-    assert!(is_llama_tree(&tree), "{} holds no llama.cpp tree", tree.display());
+    if !is_llama_tree(&tree) {
+        fail(format!("{} holds no llama.cpp tree", tree.display()));
+    }
     let _ = fs::remove_dir_all(dest);
     fs::create_dir_all(dest.parent().unwrap()).unwrap();
     if fs::rename(&tree, dest).is_err() {
@@ -118,6 +222,23 @@ fn fetch_pinned(dest: &Path, out: &Path, pin: &BTreeMap<String, String>) {
     }
     let _ = fs::remove_dir_all(&unpack);
     let _ = fs::remove_dir_all(&dl);
+}
+
+/// `PIP`, else pip, pip3, `python3 -m pip`: the command words to run.
+fn find_pip() -> Option<Vec<String>> {
+    if let Ok(p) = env::var("PIP") {
+        return (Path::new(&p).is_file() || which(&p).is_some()).then(|| vec![p]);
+    }
+    for p in ["pip", "pip3"] {
+        if which(p).is_some() {
+            return Some(vec![p.to_string()]);
+        }
+    }
+    let python_pip = Command::new("python3").args(["-m", "pip", "--version"]).output();
+    if matches!(python_pip, Ok(o) if o.status.success()) {
+        return Some(["python3", "-m", "pip"].map(String::from).to_vec());
+    }
+    None
 }
 
 fn which(tool: &str) -> Option<PathBuf> {
@@ -172,6 +293,17 @@ fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>) -> PathBu
         Err(_) => out.ancestors().nth(4).unwrap_or(out).join("llama.cpp-build").join(&key),
     };
     fs::create_dir_all(&dir).unwrap();
+    // A cold build is the long step of a first `cargo build`: say so, and how long it takes.
+    let cold = !dir.join("build/src/libllama.a").is_file();
+    if cold {
+        progress(&format!(
+            "building llama.cpp {} with CMake{} into {} (first build: {COLD_BUILD_TIME}; cached afterwards)",
+            pin["chat_stack"],
+            if launcher.is_some() { " and ccache" } else { "" },
+            dir.display()
+        ));
+    }
+    let started = Instant::now();
 
     let mut cfg = cmake::Config::new(src);
     cfg.out_dir(&dir)
@@ -190,6 +322,16 @@ fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>) -> PathBu
         cfg.build_arg(format!("-j{jobs}"));
     }
     cfg.build();
+    if cold {
+        let secs = started.elapsed().as_secs();
+        println!(
+            "cargo:warning=built llama.cpp {} in {}m {:02}s; later builds reuse {}",
+            pin["chat_stack"],
+            secs / 60,
+            secs % 60,
+            dir.display()
+        );
+    }
     dir.join("build")
 }
 
@@ -221,13 +363,12 @@ fn build_shim(manifest: &Path, src: &Path) {
     let ours = fs::read_to_string(manifest.join("native/chat_templates_layout.h")).unwrap();
     let theirs = fs::read_to_string(src.join("common/chat.cpp")).unwrap();
     let (a, b) = (templates_struct_tokens(&ours), templates_struct_tokens(&theirs));
-    assert!(
-        a.is_some() && a == b,
-        "struct common_chat_templates in {} differs from native/chat_templates_layout.h: \
-         this llama.cpp tree is not the pinned one (chat stack {})",
-        src.join("common/chat.cpp").display(),
-        env::var("LLB_PIN_CHAT_STACK").unwrap_or_default()
-    );
+    if a.is_none() || a != b {
+        fail(format!(
+            "struct common_chat_templates in {} differs from native/chat_templates_layout.h: this llama.cpp tree is not the pinned one",
+            src.join("common/chat.cpp").display(),
+        ));
+    }
     for f in ["native/shim.cpp", "native/isolate.cpp", "native/guard.h", "native/shim.h", "native/chat_templates_layout.h"] {
         println!("cargo:rerun-if-changed={f}");
     }
@@ -248,24 +389,6 @@ fn build_shim(manifest: &Path, src: &Path) {
                 .flat_map(|d| ["-isystem".to_string(), src.join(d).display().to_string()]),
         )
         .compile("llb_shim");
-}
-
-fn generate_bindings(manifest: &Path, src: &Path, out: &Path) {
-    let bindings = bindgen::Builder::default()
-        .header(manifest.join("native/shim.h").to_string_lossy())
-        // llama.h includes gguf.h (which has no include guard): list it once.
-        .header(src.join("include/llama.h").to_string_lossy())
-        .clang_arg(format!("-I{}", src.join("include").display()))
-        .clang_arg(format!("-I{}", src.join("ggml/include").display()))
-        .allowlist_function("llb_shim_.*|llama_.*|gguf_.*|ggml_type_size|ggml_blck_size|ggml_time_us")
-        .allowlist_type("llb_shim_.*|llama_.*|ggml_type")
-        .allowlist_var("LLAMA_.*|GGML_TYPE_.*")
-        .default_enum_style(bindgen::EnumVariation::Consts)
-        .prepend_enum_name(false)
-        .layout_tests(false)
-        .generate()
-        .expect("bindgen failed on llama.h / shim.h");
-    bindings.write_to_file(out.join("sys.rs")).unwrap();
 }
 
 /// cbindgen writes the public header to OUT_DIR; `LLB_BLESS_HEADER=1` also refreshes the

@@ -4,6 +4,7 @@
 # chat with tool_choice "required" and print the tool call. No network, no downloaded weights.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/setup.sh
 cargo build --release --locked
 out=target/demo
 mkdir -p "$out"

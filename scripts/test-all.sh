@@ -8,6 +8,7 @@ root=$PWD
 # llama.cpp build then serves every test, the valgrind runs included. LLB_PORTABLE=0 tests the
 # native build (the valgrind tests then report "Skipped" on AVX-512 machines).
 export LLB_PORTABLE="${LLB_PORTABLE:-1}"
+./scripts/setup.sh --tests
 
 echo "== Rust: cargo test --release"
 cargo build --release --locked
