@@ -1,6 +1,7 @@
 package dev.llb.langchain4j;
 
 import dev.langchain4j.model.ModelProvider;
+import dev.langchain4j.model.chat.Capability;
 import dev.langchain4j.model.chat.ChatModel;
 import dev.langchain4j.model.chat.listener.ChatModelListener;
 import dev.langchain4j.model.chat.request.ChatRequest;
@@ -11,6 +12,7 @@ import dev.llb.ChatConfig;
 import dev.llb.ChatEngine;
 import dev.llb.LlbException;
 import java.util.List;
+import java.util.Set;
 
 /**
  * A LangChain4j {@link ChatModel} backed by an llb {@link ChatEngine} in this process: no server,
@@ -85,6 +87,12 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
     @Override
     public ModelProvider provider() {
         return ModelProvider.OTHER;
+    }
+
+    /** JSON-schema response formats: llb constrains the reply to the schema with a grammar. */
+    @Override
+    public Set<Capability> supportedCapabilities() {
+        return Set.of(Capability.RESPONSE_FORMAT_JSON_SCHEMA);
     }
 
     /** Closes the engine if this model opened it ({@link Builder#config}); an engine given to {@link Builder#engine} stays open. */

@@ -1,6 +1,8 @@
 package dev.llb.langchain4j;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import dev.langchain4j.model.ModelProvider;
+import dev.langchain4j.model.chat.Capability;
 import dev.langchain4j.model.chat.StreamingChatModel;
 import dev.langchain4j.model.chat.listener.ChatModelListener;
 import dev.langchain4j.model.chat.request.ChatRequest;
@@ -11,16 +13,16 @@ import dev.langchain4j.model.chat.response.CompleteToolCall;
 import dev.langchain4j.model.chat.response.PartialThinking;
 import dev.langchain4j.model.chat.response.PartialToolCall;
 import dev.langchain4j.model.chat.response.StreamingChatResponseHandler;
-import com.fasterxml.jackson.databind.JsonNode;
+import dev.llb.ChatConfig;
+import dev.llb.ChatEngine;
+import dev.llb.LlbException;
 import java.util.HashMap;
+import java.util.List;
+import java.util.Set;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ThreadFactory;
-import dev.llb.ChatConfig;
-import dev.llb.ChatEngine;
-import dev.llb.LlbException;
-import java.util.List;
 
 /**
  * A LangChain4j {@link StreamingChatModel} backed by an llb {@link ChatEngine} in this process: no
@@ -170,6 +172,12 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
     @Override
     public ModelProvider provider() {
         return ModelProvider.OTHER;
+    }
+
+    /** JSON-schema response formats: llb constrains the reply to the schema with a grammar. */
+    @Override
+    public Set<Capability> supportedCapabilities() {
+        return Set.of(Capability.RESPONSE_FORMAT_JSON_SCHEMA);
     }
 
     /** Closes the engine if this model opened it ({@link Builder#config}); an engine given to {@link Builder#engine} stays open. */

@@ -27,6 +27,10 @@ import dev.langchain4j.model.chat.request.ChatRequestParameters;
 import dev.langchain4j.model.chat.request.ResponseFormat;
 import dev.langchain4j.model.chat.request.ResponseFormatType;
 import dev.langchain4j.model.chat.request.ToolChoice;
+import dev.langchain4j.model.chat.request.json.JsonAnyOfSchema;
+import dev.langchain4j.model.chat.request.json.JsonArraySchema;
+import dev.langchain4j.model.chat.request.json.JsonObjectSchema;
+import dev.langchain4j.model.chat.request.json.JsonSchemaElement;
 import dev.langchain4j.model.chat.response.ChatResponse;
 import dev.langchain4j.model.output.FinishReason;
 import dev.llb.LlbException;
@@ -124,7 +128,7 @@ final class Mapping {
             function.put("description", spec.description());
         }
         if (spec.parameters() != null) {
-            function.set("parameters", MAPPER.valueToTree(JsonSchemaElementUtils.toMap(spec.parameters(), strict)));
+            function.set("parameters", schema(spec.parameters(), strict));
         } else {
             ObjectNode empty = function.putObject("parameters").put("type", "object");
             empty.putObject("properties");
@@ -138,6 +142,45 @@ final class Mapping {
         return tool;
     }
 
+    /**
+     * A LangChain4j schema as JSON Schema, as LangChain4j's OpenAI module writes it, except that an
+     * object's own {@code additionalProperties} is kept when not strict (LangChain4j's writer drops
+     * it): llb's grammar honours it, and a closed object keeps a model from inventing properties.
+     */
+    static ObjectNode schema(JsonSchemaElement element, boolean strict) {
+        ObjectNode node = MAPPER.valueToTree(JsonSchemaElementUtils.toMap(element, strict));
+        if (!strict) {
+            keepAdditionalProperties(element, node);
+        }
+        return node;
+    }
+
+    private static void keepAdditionalProperties(JsonSchemaElement element, JsonNode node) {
+        if (!(node instanceof ObjectNode object)) {
+            return;
+        }
+        switch (element) {
+            case JsonObjectSchema o -> {
+                if (o.additionalProperties() != null) {
+                    object.put("additionalProperties", o.additionalProperties());
+                }
+                o.properties().forEach((name, value) -> keepAdditionalProperties(value, object.path("properties").path(name)));
+                o.definitions().forEach((name, value) -> keepAdditionalProperties(value, object.path("$defs").path(name)));
+            }
+            case JsonArraySchema a -> {
+                if (a.items() != null) {
+                    keepAdditionalProperties(a.items(), object.path("items"));
+                }
+            }
+            case JsonAnyOfSchema a -> {
+                for (int i = 0; i < a.anyOf().size(); i++) {
+                    keepAdditionalProperties(a.anyOf().get(i), object.path("anyOf").path(i));
+                }
+            }
+            default -> {}
+        }
+    }
+
     static ObjectNode responseFormat(ResponseFormat format) {
         ObjectNode node = MAPPER.createObjectNode();
         if (format.type() == ResponseFormatType.TEXT) {
@@ -149,7 +192,7 @@ final class Mapping {
         node.put("type", "json_schema");
         ObjectNode schema = node.putObject("json_schema");
         schema.put("name", format.jsonSchema().name() != null ? format.jsonSchema().name() : "response");
-        schema.set("schema", MAPPER.valueToTree(JsonSchemaElementUtils.toMap(format.jsonSchema().rootElement())));
+        schema.set("schema", schema(format.jsonSchema().rootElement(), false));
         return node;
     }
 

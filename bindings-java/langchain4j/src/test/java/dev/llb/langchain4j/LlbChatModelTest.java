@@ -18,9 +18,14 @@ import dev.langchain4j.exception.InvalidRequestException;
 import dev.langchain4j.exception.LangChain4jException;
 import dev.langchain4j.exception.ModelNotFoundException;
 import dev.langchain4j.exception.UnsupportedFeatureException;
+import dev.langchain4j.model.chat.Capability;
 import dev.langchain4j.model.chat.request.ChatRequest;
+import dev.langchain4j.model.chat.request.ResponseFormat;
+import dev.langchain4j.model.chat.request.ResponseFormatType;
 import dev.langchain4j.model.chat.request.ToolChoice;
+import dev.langchain4j.model.chat.request.json.JsonArraySchema;
 import dev.langchain4j.model.chat.request.json.JsonObjectSchema;
+import dev.langchain4j.model.chat.request.json.JsonSchema;
 import dev.langchain4j.model.chat.response.ChatResponse;
 import dev.langchain4j.model.chat.response.CompleteToolCall;
 import dev.langchain4j.model.chat.response.PartialToolCall;
@@ -97,6 +102,13 @@ class LlbChatModelTest {
                   "parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Oslo","Lima"],"description":"the city"},
                     "unit":{"type":"string","enum":["celsius","fahrenheit"]}},
                     "required":["city","unit"]}}}]"""), json.get("tools"));
+        ToolSpecification nested = ToolSpecification.builder().name("plan").parameters(JsonObjectSchema.builder()
+                .addProperty("stops", JsonArraySchema.builder().items(JsonObjectSchema.builder()
+                        .addStringProperty("city").additionalProperties(false).build()).build())
+                .additionalProperties(false).build()).build();
+        JsonNode closed = Mapping.tool(nested, false).path("function").path("parameters");
+        assertEquals(false, closed.path("additionalProperties").asBoolean(true), closed.toString());
+        assertEquals(false, closed.at("/properties/stops/items/additionalProperties").asBoolean(true), closed.toString());
         JsonNode strict = Mapping.tool(FORECAST, true);
         assertTrue(strict.at("/function/strict").asBoolean(), strict.toString());
         assertEquals(false, strict.at("/function/parameters/additionalProperties").asBoolean(true), strict.toString());
@@ -131,6 +143,29 @@ class LlbChatModelTest {
         assertEquals(usage.inputTokenCount() + usage.outputTokenCount(), usage.totalTokenCount());
         assertTrue(response.id().startsWith("chatcmpl"), response.id());
         assertEquals("tools.gguf", response.modelName());
+    }
+
+    @Test
+    void aJsonSchemaResponseFormatConstrainsTheReply() {
+        ResponseFormat format = ResponseFormat.builder().type(ResponseFormatType.JSON)
+                .jsonSchema(JsonSchema.builder().name("verdict").rootElement(JsonObjectSchema.builder()
+                        .addEnumProperty("answer", List.of("yes", "no")).required("answer").additionalProperties(false).build())
+                        .build())
+                .build();
+        ChatRequest request = ChatRequest.builder().messages(UserMessage.from("Is Oslo in Norway?"))
+                .responseFormat(format).temperature(0.0).maxOutputTokens(32).build();
+        JsonNode sent = Mapping.parse(Mapping.request(request, new Mapping.Extras(null, null, false)));
+        assertEquals(Mapping.parse("""
+                {"type":"json_schema","json_schema":{"name":"verdict","schema":{"type":"object",
+                  "properties":{"answer":{"type":"string","enum":["yes","no"]}},"required":["answer"],
+                  "additionalProperties":false}}}"""), sent.get("response_format"));
+        assertTrue(model.supportedCapabilities().contains(Capability.RESPONSE_FORMAT_JSON_SCHEMA));
+
+        ChatResponse response = model.chat(request);
+        assertEquals(FinishReason.STOP, response.finishReason(), response.toString());
+        JsonNode reply = Mapping.parse(response.aiMessage().text());
+        assertEquals(1, reply.size(), reply.toString());
+        assertTrue(List.of("yes", "no").contains(reply.path("answer").asText()), reply.toString());
     }
 
     @Test
