@@ -10,9 +10,15 @@ import dev.langchain4j.model.chat.request.ChatRequestParameters;
 import dev.langchain4j.model.chat.request.DefaultChatRequestParameters;
 import dev.langchain4j.model.chat.response.ChatResponse;
 import dev.langchain4j.model.chat.response.CompleteToolCall;
+import dev.langchain4j.model.chat.response.PartialResponse;
+import dev.langchain4j.model.chat.response.PartialResponseContext;
 import dev.langchain4j.model.chat.response.PartialThinking;
+import dev.langchain4j.model.chat.response.PartialThinkingContext;
 import dev.langchain4j.model.chat.response.PartialToolCall;
+import dev.langchain4j.model.chat.response.PartialToolCallContext;
 import dev.langchain4j.model.chat.response.StreamingChatResponseHandler;
+import dev.langchain4j.model.chat.response.StreamingHandle;
+import dev.llb.CancellationToken;
 import dev.llb.ChatConfig;
 import dev.llb.ChatEngine;
 import dev.llb.LlbException;
@@ -35,6 +41,8 @@ import java.util.concurrent.ThreadFactory;
  * <p>{@code chat} returns at once; the generation runs on the builder's {@link Builder#executor}
  * (default: a new daemon thread per request), and the handler is called on that thread. An
  * exception thrown by a partial callback cancels the generation and goes to {@code onError}.
+ * The partial callbacks' contexts carry a {@code StreamingHandle}: {@code cancel()} stops the
+ * generation (llb sees it at its next chunk), and the handler gets no callback after it.
  *
  * <pre>{@code
  * try (LlbStreamingChatModel model = LlbStreamingChatModel.builder()
@@ -97,13 +105,16 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
         Throwable failure = null;
         engines.lock.lock();
         try {
-            response = Mapping.response(engines.engine().stream(json, chunks::accept), engines.modelName);
+            response = Mapping.response(engines.engine().stream(json, chunks::accept, chunks.token), engines.modelName);
         } catch (LlbException e) {
             failure = Mapping.error(e);
         } catch (RuntimeException | Error e) {
             failure = e; // thrown by a partial callback (the generation was cancelled), or the engine was closed
         } finally {
             engines.lock.unlock();
+        }
+        if (chunks.token.isCancelled() && failure == null) {
+            return; // cancelled through the StreamingHandle: no callbacks after cancel()
         }
         if (failure != null) {
             handler.onError(failure);
@@ -121,8 +132,13 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
         }
     }
 
-    /** One request's {@code chat.completion.chunk}s to the handler's partial callbacks. */
-    private static final class Chunks {
+    /**
+     * One request's {@code chat.completion.chunk}s to the handler's partial callbacks. Their
+     * contexts' {@link StreamingHandle} cancels the generation (llb sees it at its next event);
+     * after {@code cancel()} the handler gets no more callbacks.
+     */
+    private static final class Chunks implements StreamingHandle {
+        final CancellationToken token = new CancellationToken();
         private final StreamingChatResponseHandler handler;
         private final Map<Integer, String> ids = new HashMap<>();
         private final Map<Integer, String> names = new HashMap<>();
@@ -131,15 +147,25 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
             this.handler = handler;
         }
 
+        @Override
+        public void cancel() {
+            token.cancel();
+        }
+
+        @Override
+        public boolean isCancelled() {
+            return token.isCancelled();
+        }
+
         void accept(String chunkJson) {
             JsonNode delta = Mapping.parse(chunkJson).path("choices").path(0).path("delta");
             String thinking = delta.path("reasoning_content").asText("");
-            if (!thinking.isEmpty()) {
-                handler.onPartialThinking(new PartialThinking(thinking));
+            if (!thinking.isEmpty() && !isCancelled()) {
+                handler.onPartialThinking(new PartialThinking(thinking), new PartialThinkingContext(this));
             }
             String content = delta.path("content").asText("");
-            if (!content.isEmpty()) {
-                handler.onPartialResponse(content);
+            if (!content.isEmpty() && !isCancelled()) {
+                handler.onPartialResponse(new PartialResponse(content), new PartialResponseContext(this));
             }
             for (JsonNode call : delta.path("tool_calls")) {
                 int index = call.path("index").asInt();
@@ -151,9 +177,9 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
                     names.merge(index, function.path("name").asText(), String::concat);
                 }
                 String arguments = function.path("arguments").asText("");
-                if (!arguments.isEmpty()) {
+                if (!arguments.isEmpty() && !isCancelled()) {
                     handler.onPartialToolCall(PartialToolCall.builder().index(index).id(ids.get(index))
-                            .name(names.get(index)).partialArguments(arguments).build());
+                            .name(names.get(index)).partialArguments(arguments).build(), new PartialToolCallContext(this));
                 }
             }
         }

@@ -28,6 +28,8 @@ import dev.langchain4j.model.chat.request.json.JsonObjectSchema;
 import dev.langchain4j.model.chat.request.json.JsonSchema;
 import dev.langchain4j.model.chat.response.ChatResponse;
 import dev.langchain4j.model.chat.response.CompleteToolCall;
+import dev.langchain4j.model.chat.response.PartialResponse;
+import dev.langchain4j.model.chat.response.PartialResponseContext;
 import dev.langchain4j.model.chat.response.PartialToolCall;
 import dev.langchain4j.model.chat.response.StreamingChatResponseHandler;
 import dev.langchain4j.model.output.FinishReason;
@@ -38,6 +40,8 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -228,6 +232,50 @@ class LlbChatModelTest {
         }
         assertTrue(threads.stream().allMatch(t -> t.startsWith("llb-stream-")), threads.toString());
         assertInstanceOf(LlbTokenUsage.class, response.tokenUsage());
+    }
+
+    @Test
+    void theStreamingHandleCancelsAndNothingIsCalledAfterIt() throws Exception {
+        // One generation after the other: when the second completes, the first has returned entirely.
+        ExecutorService oneThread = Executors.newSingleThreadExecutor();
+        try (LlbStreamingChatModel sequential = LlbStreamingChatModel.builder().config(Fixtures.config(Fixtures.toolModel(dir)))
+                .executor(oneThread).build()) {
+            List<String> events = Collections.synchronizedList(new ArrayList<>());
+            sequential.chat(forecastRequest(ToolChoice.NONE).maxOutputTokens(64).build(), new StreamingChatResponseHandler() {
+                @Override
+                public void onPartialResponse(PartialResponse partial, PartialResponseContext context) {
+                    events.add("partial");
+                    context.streamingHandle().cancel();
+                    assertTrue(context.streamingHandle().isCancelled());
+                }
+
+                @Override
+                public void onCompleteResponse(ChatResponse response) {
+                    events.add("complete");
+                }
+
+                @Override
+                public void onError(Throwable error) {
+                    events.add("error " + error);
+                }
+            });
+            CompletableFuture<ChatResponse> after = new CompletableFuture<>();
+            sequential.chat(forecastRequest(ToolChoice.NONE).maxOutputTokens(2).build(), new StreamingChatResponseHandler() {
+                @Override
+                public void onCompleteResponse(ChatResponse response) {
+                    after.complete(response);
+                }
+
+                @Override
+                public void onError(Throwable error) {
+                    after.completeExceptionally(error);
+                }
+            });
+            assertEquals(FinishReason.LENGTH, after.get(60, TimeUnit.SECONDS).finishReason(), "the model stays usable");
+            assertEquals(List.of("partial"), events);
+        } finally {
+            oneThread.shutdown();
+        }
     }
 
     @Test
