@@ -75,6 +75,19 @@ class LibraryLoaderTest {
     }
 
     @Test
+    void anUnwritableCacheFallsBackToATemporaryFile() throws IOException {
+        Path resource = dir.resolve("jar").resolve(LibraryLoader.bundledResource());
+        Files.createDirectories(resource.getParent());
+        Files.copy(realLibrary(), resource);
+        Path notADirectory = Files.writeString(dir.resolve("cache"), "a file where the cache directory would be");
+        try (URLClassLoader jar = new URLClassLoader(new URL[] {dir.resolve("jar").toUri().toURL()}, null);
+                Arena arena = Arena.ofConfined()) {
+            SymbolLookup lookup = LibraryLoader.load(null, dir.toString(), jar, notADirectory.resolve("llb"), arena);
+            assertTrue(lookup.find("llb_chat_create").isPresent());
+        }
+    }
+
+    @Test
     void theCachedCopyIsReusedAndAnotherLibraryGetsItsOwnDirectory() throws IOException {
         byte[] one = "first".getBytes(java.nio.charset.StandardCharsets.UTF_8);
         byte[] two = "second".getBytes(java.nio.charset.StandardCharsets.UTF_8);
