@@ -25,10 +25,16 @@ if [ "$LLB_PORTABLE" = 1 ] && grep -q 'Skipped' target/c-tests/ctest.log; then
 fi
 
 if [ -f bindings-java/pom.xml ]; then
-  echo "== Java: mvn test (bindings-java)"
+  echo "== Java: mvn install (bindings-java), then the consumer example against the installed artifact"
   source scripts/find-jdk.sh
   rm -rf bindings-java/target/*/surefire-reports
-  (cd bindings-java && mvn -q -B test -Dllb.library.path="$root/target/release/libllb.so" -Dllb.cli="$root/target/release/llb")
+  java_props=(-Dllb.library.path="$root/target/release/libllb.so" -Dllb.cli="$root/target/release/llb")
+  # install: the binding, the LangChain4j models and the examples are tested, packaged (the jar
+  # bundles the libllb.so named by -Dllb.library.path) and put in ~/.m2/repository.
+  (cd bindings-java && mvn -q -B install "${java_props[@]}")
+  # The consumer example resolves dev.llb:llb from ~/.m2 (not the source tree) and its test runs
+  # it with the library from the jar, no -D flags.
+  (cd bindings-java/consumer-example && mvn -q -B test "${java_props[@]}")
   # mvn -q prints no summary: count the Surefire reports (mvn already failed on any failure).
   python3 - bindings-java/target/*/surefire-reports/TEST-*.xml <<'PY'
 import re, sys

@@ -12,10 +12,19 @@ package dev.llb;
 public final class CancellationToken {
     private volatile boolean cancelled;
 
+    /** A token that is not cancelled. */
+    public CancellationToken() {}
+
+    /** Cancels every call this token was given to (now or later). Idempotent. */
     public void cancel() {
         cancelled = true;
     }
 
+    /**
+     * Whether {@link #cancel()} has been called.
+     *
+     * @return true once cancelled
+     */
     public boolean isCancelled() {
         return cancelled;
     }

@@ -22,32 +22,69 @@ import java.util.Objects;
 public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, Integer batchSize, Long seed,
         Map<String, Object> chatTemplateKwargs) {
 
+    /** Copies {@code chatTemplateKwargs} (null means none); {@code modelPath} is required. */
     public ChatConfig {
         Objects.requireNonNull(modelPath, "modelPath");
         chatTemplateKwargs = chatTemplateKwargs == null ? Map.of()
                 : Collections.unmodifiableMap(new LinkedHashMap<>(chatTemplateKwargs));
     }
 
+    /**
+     * A config with llb's defaults for everything but the model.
+     *
+     * @param modelPath the GGUF file
+     * @return the config
+     */
     public static ChatConfig of(Path modelPath) {
         return new ChatConfig(modelPath, null, null, null, null, null);
     }
 
+    /**
+     * Sets {@code n_ctx}.
+     *
+     * @param nCtx the context size in tokens
+     * @return a copy with it set
+     */
     public ChatConfig withContextSize(int nCtx) {
         return new ChatConfig(modelPath, nCtx, threads, batchSize, seed, chatTemplateKwargs);
     }
 
+    /**
+     * Sets {@code n_threads}.
+     *
+     * @param nThreads decoding threads (default: every core)
+     * @return a copy with it set
+     */
     public ChatConfig withThreads(int nThreads) {
         return new ChatConfig(modelPath, contextSize, nThreads, batchSize, seed, chatTemplateKwargs);
     }
 
+    /**
+     * Sets {@code n_batch}.
+     *
+     * @param nBatch the prompt batch size
+     * @return a copy with it set
+     */
     public ChatConfig withBatchSize(int nBatch) {
         return new ChatConfig(modelPath, contextSize, threads, nBatch, seed, chatTemplateKwargs);
     }
 
+    /**
+     * Sets {@code seed}.
+     *
+     * @param defaultSeed the sampling seed of requests that give none
+     * @return a copy with it set
+     */
     public ChatConfig withSeed(long defaultSeed) {
         return new ChatConfig(modelPath, contextSize, threads, batchSize, defaultSeed, chatTemplateKwargs);
     }
 
+    /**
+     * Sets {@code chat_template_kwargs}.
+     *
+     * @param kwargs extra chat template variables
+     * @return a copy with them set
+     */
     public ChatConfig withChatTemplateKwargs(Map<String, Object> kwargs) {
         return new ChatConfig(modelPath, contextSize, threads, batchSize, seed, kwargs);
     }

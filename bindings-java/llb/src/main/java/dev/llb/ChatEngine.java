@@ -62,6 +62,8 @@ public final class ChatEngine implements AutoCloseable {
     /**
      * Opens an engine.
      *
+     * @param config the model and engine settings
+     * @return the open engine
      * @throws ToolsUnsupportedException when llb refuses the model because its chat template
      *     cannot do tool calling (checked before any weights are loaded)
      * @throws LlbException for any other failure, with llb's code ({@code file_not_found},
@@ -87,7 +89,12 @@ public final class ChatEngine implements AutoCloseable {
         }
     }
 
-    /** {@code open(ChatConfig.of(model))}. */
+    /**
+     * {@code open(ChatConfig.of(model))}.
+     *
+     * @param model the GGUF file
+     * @return the open engine
+     */
     public static ChatEngine open(Path model) {
         return open(ChatConfig.of(model));
     }
@@ -95,6 +102,8 @@ public final class ChatEngine implements AutoCloseable {
     /**
      * Runs one OpenAI chat completion and returns the {@code chat.completion} JSON.
      *
+     * @param requestJson an OpenAI chat-completions request
+     * @return the {@code chat.completion} JSON
      * @throws LlbException with llb's code: {@code invalid_json}, {@code invalid_argument} (the
      *     message names the field), {@code context_overflow}, {@code busy}, ...
      * @throws IllegalStateException after {@link #close()}
@@ -103,7 +112,13 @@ public final class ChatEngine implements AutoCloseable {
         return call(requestJson, null, null);
     }
 
-    /** {@link #infer(String)}, cancellable from another thread with {@code cancel}. */
+    /**
+     * {@link #infer(String)}, cancellable from another thread with {@code cancel}.
+     *
+     * @param requestJson an OpenAI chat-completions request
+     * @param cancel cancels the call from any thread
+     * @return the {@code chat.completion} JSON ({@code finish_reason "cancelled"} when cancelled)
+     */
     public String infer(String requestJson, CancellationToken cancel) {
         return call(requestJson, null, Objects.requireNonNull(cancel, "cancel"));
     }
@@ -114,6 +129,10 @@ public final class ChatEngine implements AutoCloseable {
      * Returns the final {@code chat.completion} JSON, whose message is what the chunks add up to.
      *
      * <p>An exception from {@code onChunk} cancels the generation and is rethrown from here.
+     *
+     * @param requestJson an OpenAI chat-completions request
+     * @param onChunk receives each {@code chat.completion.chunk} JSON
+     * @return the final {@code chat.completion} JSON
      */
     public String stream(String requestJson, Consumer<String> onChunk) {
         return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
@@ -124,6 +143,11 @@ public final class ChatEngine implements AutoCloseable {
      * {@link #stream(String, Consumer)}, cancellable with {@code cancel} from any thread, or from
      * {@code onChunk} itself. Chunks that llb sends after the cancellation (the final delta with
      * {@code finish_reason "cancelled"}) are still delivered.
+     *
+     * @param requestJson an OpenAI chat-completions request
+     * @param onChunk receives each {@code chat.completion.chunk} JSON
+     * @param cancel cancels the call from any thread
+     * @return the final {@code chat.completion} JSON
      */
     public String stream(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
         return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
@@ -185,7 +209,11 @@ public final class ChatEngine implements AutoCloseable {
         return handle;
     }
 
-    /** Whether {@link #close()} has been called. */
+    /**
+     * Whether {@link #close()} has been called.
+     *
+     * @return true once closed
+     */
     public boolean isClosed() {
         return closed;
     }

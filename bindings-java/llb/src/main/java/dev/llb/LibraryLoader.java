@@ -6,11 +6,15 @@ import java.io.InputStream;
 import java.lang.foreign.Arena;
 import java.lang.foreign.SymbolLookup;
 import java.net.URL;
+import java.nio.file.AtomicMoveNotSupportedException;
 import java.nio.file.Files;
 import java.nio.file.InvalidPathException;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Locale;
 
@@ -20,8 +24,11 @@ import java.util.Locale;
  * <ol>
  *   <li>the file named by the system property {@value #PROPERTY};
  *   <li>{@code libllb.so} in each directory of {@code java.library.path};
- *   <li>the copy bundled in the jar at {@code dev/llb/native/<os>-<arch>/libllb.so} (extracted to a
- *       temporary file, deleted at exit).
+ *   <li>the copy bundled in the jar at {@code META-INF/native/<os>-<arch>/libllb.so}, extracted once
+ *       to {@code $XDG_CACHE_HOME/llb/native/<sha256>/} (default {@code ~/.cache/llb/native/<sha256>/};
+ *       content-addressed, written to a temporary name and renamed, so concurrent JVMs and different
+ *       versions never see a half-written or wrong file), or, when that directory is not writable,
+ *       to a temporary file deleted at exit.
  * </ol>
  *
  * <p>The first file that loads wins. When none does, the {@link UnsatisfiedLinkError} lists every
@@ -41,6 +48,11 @@ final class LibraryLoader {
     }
 
     static SymbolLookup load(String explicitPath, String javaLibraryPath, ClassLoader resources, Arena arena) {
+        return load(explicitPath, javaLibraryPath, resources, cacheRoot(), arena);
+    }
+
+    static SymbolLookup load(String explicitPath, String javaLibraryPath, ClassLoader resources, Path cacheRoot,
+            Arena arena) {
         List<String> tried = new ArrayList<>();
         if (explicitPath == null || explicitPath.isBlank()) {
             tried.add("-D" + PROPERTY + ": not set");
@@ -58,7 +70,7 @@ final class LibraryLoader {
                 }
             }
         }
-        SymbolLookup found = tryBundled(resources, arena, tried);
+        SymbolLookup found = tryBundled(resources, cacheRoot, arena, tried);
         if (found != null) {
             return found;
         }
@@ -66,9 +78,9 @@ final class LibraryLoader {
                 + "\nSet -D" + PROPERTY + "=/path/to/" + FILE_NAME + " (built by `cargo build --release` into target/release/).");
     }
 
-    /** {@code dev/llb/native/<os>-<arch>/libllb.so}, e.g. {@code dev/llb/native/linux-x86_64/libllb.so}. */
+    /** {@code META-INF/native/<os>-<arch>/libllb.so}, e.g. {@code META-INF/native/linux-x86_64/libllb.so}. */
     static String bundledResource() {
-        return "dev/llb/native/" + platform(System.getProperty("os.name"), System.getProperty("os.arch")) + "/" + FILE_NAME;
+        return "META-INF/native/" + platform(System.getProperty("os.name"), System.getProperty("os.arch")) + "/" + FILE_NAME;
     }
 
     static String platform(String osName, String osArch) {
@@ -102,22 +114,72 @@ final class LibraryLoader {
         }
     }
 
-    private static SymbolLookup tryBundled(ClassLoader resources, Arena arena, List<String> tried) {
+    private static SymbolLookup tryBundled(ClassLoader resources, Path cacheRoot, Arena arena, List<String> tried) {
         String name = bundledResource();
         URL url = resources == null ? null : resources.getResource(name);
         if (url == null) {
             tried.add("classpath:" + name + " (bundled): not in the jar");
             return null;
         }
-        Path copy;
+        byte[] bytes;
         try (InputStream in = url.openStream()) {
-            copy = Files.createTempFile("libllb-", "-" + FILE_NAME);
-            copy.toFile().deleteOnExit();
-            Files.copy(in, copy, StandardCopyOption.REPLACE_EXISTING);
+            bytes = in.readAllBytes();
         } catch (IOException e) {
-            tried.add("classpath:" + name + " (bundled): cannot extract: " + e);
+            tried.add("classpath:" + name + " (bundled): cannot read: " + e);
             return null;
         }
+        Path copy;
+        try {
+            copy = cachedCopy(bytes, cacheRoot);
+        } catch (IOException | RuntimeException e) {
+            try {
+                copy = Files.createTempFile("libllb-", "-" + FILE_NAME);
+                copy.toFile().deleteOnExit();
+                Files.write(copy, bytes);
+            } catch (IOException e2) {
+                tried.add("classpath:" + name + " (bundled): cannot extract: " + e2 + " (cache: " + e + ")");
+                return null;
+            }
+        }
         return tryFile(copy.toString(), "bundled " + url, arena, tried);
+    }
+
+    /** {@code $XDG_CACHE_HOME/llb/native}, or {@code ~/.cache/llb/native}. */
+    static Path cacheRoot() {
+        String xdg = System.getenv("XDG_CACHE_HOME");
+        Path base = xdg != null && !xdg.isBlank() && Path.of(xdg).isAbsolute()
+                ? Path.of(xdg) : Path.of(System.getProperty("user.home"), ".cache");
+        return base.resolve("llb").resolve("native");
+    }
+
+    /**
+     * {@code root/<sha256 of bytes>/libllb.so}, written when missing: to a temporary file in the same
+     * directory, then renamed over the final name, so a reader sees either no file or the whole one.
+     */
+    static Path cachedCopy(byte[] bytes, Path root) throws IOException {
+        String hash;
+        try {
+            hash = HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(bytes));
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e); // every JDK has SHA-256
+        }
+        Path dir = root.resolve(hash);
+        Path target = dir.resolve(FILE_NAME);
+        if (Files.isRegularFile(target) && Files.size(target) == bytes.length) {
+            return target;
+        }
+        Files.createDirectories(dir);
+        Path partial = Files.createTempFile(dir, "." + FILE_NAME + "-", ".partial");
+        try {
+            Files.write(partial, bytes);
+            try {
+                Files.move(partial, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+            } catch (AtomicMoveNotSupportedException e) {
+                Files.move(partial, target, StandardCopyOption.REPLACE_EXISTING);
+            }
+        } finally {
+            Files.deleteIfExists(partial);
+        }
+        return target;
     }
 }

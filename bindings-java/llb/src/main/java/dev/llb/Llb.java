@@ -9,13 +9,18 @@ import java.util.function.Consumer;
  *
  * <p>The native library is loaded on first use: from {@code -Dllb.library.path}, then
  * {@code java.library.path}, then the jar's bundled copy. Run with
- * {@code --enable-native-access=ALL-UNNAMED} (or the module's name) to allow it without a warning.
+ * {@code --enable-native-access=dev.llb} (module path) or {@code --enable-native-access=ALL-UNNAMED}
+ * (class path) to allow it without a warning.
  * Every method here may be called from any thread.
  */
 public final class Llb {
     private Llb() {}
 
-    /** The loaded library's version and the llama.cpp it was built with. */
+    /**
+     * The loaded library's version and the llama.cpp it was built with.
+     *
+     * @return the parsed {@code llb_version} JSON
+     */
     public static VersionInfo version() {
         return VersionInfo.parse(Json.orThrow(Native.version()));
     }
@@ -23,6 +28,8 @@ public final class Llb {
     /**
      * Reads a GGUF's header (not its weights) and reports what its chat template can do.
      *
+     * @param gguf the model file
+     * @return the parsed {@code model_info} JSON
      * @throws LlbException {@code file_not_found}, {@code io_error}, {@code not_a_gguf},
      *     {@code template_error}, {@code invalid_argument}
      */
@@ -43,6 +50,9 @@ public final class Llb {
      * null) stops the download; the partial file stays resumable. Blocks for the whole download;
      * may be called from any thread.
      *
+     * @param requestJson the pull request
+     * @param onEvent receives progress events, or null
+     * @param token cancels the download, or null
      * @return the {@code pull_result} JSON ({@code path} is the file to open)
      * @throws ToolsUnsupportedException when the downloaded model cannot do tool calling (it is
      *     quarantined in the cache)

@@ -10,9 +10,17 @@ import com.fasterxml.jackson.databind.JsonNode;
 public class LlbException extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
+    /** llb's error code. */
     private final String code;
+    /** The error JSON as llb returned it, or null. */
     private final String json;
 
+    /**
+     * An error the binding raises itself (no llb JSON).
+     *
+     * @param code llb's error code, e.g. {@code "busy"}
+     * @param message what went wrong
+     */
     public LlbException(String code, String message) {
         this(code, message, null);
     }
@@ -33,12 +41,20 @@ public class LlbException extends RuntimeException {
         return new LlbException(code, message, json);
     }
 
-    /** llb's snake_case error code. */
+    /**
+     * llb's error code.
+     *
+     * @return the snake_case code, e.g. {@code "invalid_argument"}
+     */
     public String code() {
         return code;
     }
 
-    /** The error JSON as llb returned it, or {@code null} when the binding raised the error itself. */
+    /**
+     * The error JSON as llb returned it.
+     *
+     * @return the JSON, or {@code null} when the binding raised the error itself
+     */
     public String json() {
         return json;
     }

@@ -29,6 +29,7 @@ public record ModelInfo(String path, long fileSize, String name, String architec
         long nVocab, String tokenizerModel, boolean supportsTools, Map<String, Boolean> caps, String capsSource,
         boolean hasToolUseTemplate, String chatFormat, String toolParserError, String chatTemplate, String json) {
 
+    /** Copies {@code caps}. */
     public ModelInfo {
         caps = Map.copyOf(caps);
     }
@@ -43,7 +44,12 @@ public record ModelInfo(String path, long fileSize, String name, String architec
                 Json.text(n, "tool_parser_error"), Json.text(n, "chat_template"), json);
     }
 
-    /** One capability, false when the template does not report it. */
+    /**
+     * One capability, false when the template does not report it.
+     *
+     * @param name a caps key, e.g. {@code "supports_parallel_tool_calls"}
+     * @return its value
+     */
     public boolean cap(String name) {
         return caps.getOrDefault(name, false);
     }

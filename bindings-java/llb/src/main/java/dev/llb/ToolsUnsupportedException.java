@@ -19,7 +19,11 @@ public final class ToolsUnsupportedException extends LlbException {
         this.caps = Map.copyOf(caps);
     }
 
-    /** llama.cpp's caps map, e.g. {@code supports_tools=false, supports_tool_calls=false, ...}. */
+    /**
+     * llama.cpp's caps map of the refused model.
+     *
+     * @return e.g. {@code supports_tools=false, supports_tool_calls=false, ...}
+     */
     public Map<String, Boolean> caps() {
         return caps;
     }

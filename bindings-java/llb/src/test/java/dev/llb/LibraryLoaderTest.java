@@ -1,5 +1,6 @@
 package dev.llb;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -12,6 +13,9 @@ import java.net.URL;
 import java.net.URLClassLoader;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.attribute.FileTime;
+import java.util.List;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -46,15 +50,60 @@ class LibraryLoaderTest {
     }
 
     @Test
-    void theBundledCopyIsExtractedAndLoadedLast() throws IOException {
+    void theBundledCopyIsExtractedToTheCacheAndLoadedLast() throws IOException {
+        Path resource = dir.resolve("jar").resolve(LibraryLoader.bundledResource());
+        assertTrue(resource.toString().contains("META-INF/native/linux-x86_64/libllb.so")
+                || !System.getProperty("os.arch").equals("amd64"), resource.toString());
+        Files.createDirectories(resource.getParent());
+        Files.copy(realLibrary(), resource);
+        Path cache = dir.resolve("cache");
+        try (URLClassLoader jar = new URLClassLoader(new URL[] {dir.resolve("jar").toUri().toURL()}, null);
+                Arena arena = Arena.ofConfined()) {
+            SymbolLookup lookup = LibraryLoader.load(null, dir.toString(), jar, cache, arena);
+            assertTrue(lookup.find("llb_model_info").isPresent());
+        }
+        // One content-addressed copy: <cache>/<sha256>/libllb.so, byte-identical, no partial files left.
+        List<Path> files;
+        try (Stream<Path> walk = Files.walk(cache)) {
+            files = walk.filter(Files::isRegularFile).toList();
+        }
+        assertEquals(1, files.size(), files.toString());
+        Path copy = files.get(0);
+        assertEquals(LibraryLoader.FILE_NAME, copy.getFileName().toString());
+        assertTrue(copy.getParent().getFileName().toString().matches("[0-9a-f]{64}"), copy.toString());
+        assertEquals(-1, Files.mismatch(copy, realLibrary()));
+    }
+
+    @Test
+    void anUnwritableCacheFallsBackToATemporaryFile() throws IOException {
         Path resource = dir.resolve("jar").resolve(LibraryLoader.bundledResource());
         Files.createDirectories(resource.getParent());
         Files.copy(realLibrary(), resource);
+        Path notADirectory = Files.writeString(dir.resolve("cache"), "a file where the cache directory would be");
         try (URLClassLoader jar = new URLClassLoader(new URL[] {dir.resolve("jar").toUri().toURL()}, null);
                 Arena arena = Arena.ofConfined()) {
-            SymbolLookup lookup = LibraryLoader.load(null, dir.toString(), jar, arena);
-            assertTrue(lookup.find("llb_model_info").isPresent());
+            SymbolLookup lookup = LibraryLoader.load(null, dir.toString(), jar, notADirectory.resolve("llb"), arena);
+            assertTrue(lookup.find("llb_chat_create").isPresent());
         }
+    }
+
+    @Test
+    void theCachedCopyIsReusedAndAnotherLibraryGetsItsOwnDirectory() throws IOException {
+        byte[] one = "first".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        byte[] two = "second".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        Path cache = dir.resolve("cache");
+        Path a = LibraryLoader.cachedCopy(one, cache);
+        FileTime written = Files.getLastModifiedTime(a);
+        Files.setLastModifiedTime(a, FileTime.fromMillis(written.toMillis() - 60_000));
+        assertEquals(a, LibraryLoader.cachedCopy(one, cache));
+        assertEquals(written.toMillis() - 60_000, Files.getLastModifiedTime(a).toMillis(), "rewritten instead of reused");
+        Path b = LibraryLoader.cachedCopy(two, cache);
+        assertTrue(!a.getParent().equals(b.getParent()), a + " " + b);
+        assertArrayEquals(one, Files.readAllBytes(a));
+        assertArrayEquals(two, Files.readAllBytes(b));
+        // A truncated file at the final name (never written by llb itself) is replaced.
+        Files.write(a, new byte[] {1});
+        assertArrayEquals(one, Files.readAllBytes(LibraryLoader.cachedCopy(one, cache)));
     }
 
     @Test

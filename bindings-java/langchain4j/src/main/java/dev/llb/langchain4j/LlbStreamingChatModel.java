@@ -1,0 +1,346 @@
+package dev.llb.langchain4j;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import dev.langchain4j.model.ModelProvider;
+import dev.langchain4j.model.chat.Capability;
+import dev.langchain4j.model.chat.StreamingChatModel;
+import dev.langchain4j.model.chat.listener.ChatModelListener;
+import dev.langchain4j.model.chat.request.ChatRequest;
+import dev.langchain4j.model.chat.request.ChatRequestParameters;
+import dev.langchain4j.model.chat.request.DefaultChatRequestParameters;
+import dev.langchain4j.model.chat.response.ChatResponse;
+import dev.langchain4j.model.chat.response.CompleteToolCall;
+import dev.langchain4j.model.chat.response.PartialResponse;
+import dev.langchain4j.model.chat.response.PartialResponseContext;
+import dev.langchain4j.model.chat.response.PartialThinking;
+import dev.langchain4j.model.chat.response.PartialThinkingContext;
+import dev.langchain4j.model.chat.response.PartialToolCall;
+import dev.langchain4j.model.chat.response.PartialToolCallContext;
+import dev.langchain4j.model.chat.response.StreamingChatResponseHandler;
+import dev.langchain4j.model.chat.response.StreamingHandle;
+import dev.llb.CancellationToken;
+import dev.llb.ChatConfig;
+import dev.llb.ChatEngine;
+import dev.llb.LlbException;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Set;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ThreadFactory;
+
+/**
+ * A LangChain4j {@link StreamingChatModel} backed by an llb {@link ChatEngine} in this process: no
+ * server, no HTTP. llb's chunks reach the handler as they are generated: text as
+ * {@code onPartialResponse}, reasoning as {@code onPartialThinking}, tool-call arguments as
+ * {@code onPartialToolCall} (with the call's index, id and name); each finished call then goes to
+ * {@code onCompleteToolCall} and the whole response to {@code onCompleteResponse}, whose message
+ * is exactly what the partial events add up to.
+ *
+ * <p>{@code chat} returns at once; the generation runs on the builder's {@link Builder#executor}
+ * (default: a new daemon thread per request), and the handler is called on that thread. An
+ * exception thrown by a partial callback cancels the generation and goes to {@code onError}.
+ * The partial callbacks' contexts carry a {@code StreamingHandle}: {@code cancel()} stops the
+ * generation (llb sees it at its next chunk), and the handler gets no callback after it.
+ *
+ * <pre>{@code
+ * try (LlbStreamingChatModel model = LlbStreamingChatModel.builder()
+ *         .config(ChatConfig.of(Path.of("qwen2.5-7b-instruct-q4_k_m.gguf")).withContextSize(8192))
+ *         .build()) {
+ *     Assistant assistant = AiServices.builder(Assistant.class).streamingChatModel(model).tools(new WeatherTools()).build();
+ *     assistant.chat("Weather in Paris?").onPartialResponse(System.out::print).onCompleteResponse(done).onError(failed).start();
+ * }
+ * }</pre>
+ *
+ * <p>One engine holds one conversation's KV cache: the next turn of the same conversation reuses
+ * it ({@link LlbTokenUsage#cachedTokens()}). Calls take turns (a second thread waits); for
+ * conversations in parallel use one model per conversation. Errors are LangChain4j exceptions
+ * whose cause is the {@link LlbException} with llb's code: {@code invalid_argument},
+ * {@code invalid_json} and {@code context_overflow} are {@code InvalidRequestException}s,
+ * {@code tools_unsupported} an {@code UnsupportedFeatureException}, {@code file_not_found} a
+ * {@code ModelNotFoundException}, {@code busy} a {@code RetriableException}, {@code internal} an
+ * {@code InternalServerException}, others {@code NonRetriableException}s.
+ */
+public final class LlbStreamingChatModel implements StreamingChatModel, AutoCloseable {
+    private final Engines engines;
+    private final ChatRequestParameters defaults;
+    private final List<ChatModelListener> listeners;
+    private final Mapping.Extras extras;
+    private final Executor executor;
+
+    private LlbStreamingChatModel(Builder b) {
+        this.defaults = b.defaultRequestParameters != null ? b.defaultRequestParameters : DefaultChatRequestParameters.EMPTY;
+        this.listeners = List.copyOf(b.listeners);
+        this.extras = new Mapping.Extras(b.seed, b.parallelToolCalls, b.strictTools);
+        this.executor = b.executor != null ? b.executor : Builder.DEFAULT_EXECUTOR;
+        this.engines = Engines.of(b.config, b.engine, b.modelName);
+    }
+
+    /**
+     * A new builder.
+     *
+     * @return the builder
+     */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    @Override
+    public void doChat(ChatRequest request, StreamingChatResponseHandler handler) {
+        Objects.requireNonNull(handler, "handler");
+        String json;
+        try {
+            json = Mapping.request(request, extras);
+        } catch (RuntimeException e) {
+            handler.onError(e);
+            return;
+        }
+        executor.execute(() -> run(json, handler));
+    }
+
+    private void run(String json, StreamingChatResponseHandler handler) {
+        Chunks chunks = new Chunks(handler);
+        ChatResponse response = null;
+        Throwable failure = null;
+        engines.lock.lock();
+        try {
+            response = Mapping.response(engines.engine().stream(json, chunks::accept, chunks.token), engines.modelName);
+        } catch (LlbException e) {
+            failure = Mapping.error(e);
+        } catch (RuntimeException | Error e) {
+            failure = e; // thrown by a partial callback (the generation was cancelled), or the engine was closed
+        } finally {
+            engines.lock.unlock();
+        }
+        if (chunks.token.isCancelled() && failure == null) {
+            return; // cancelled through the StreamingHandle: no callbacks after cancel()
+        }
+        if (failure != null) {
+            handler.onError(failure);
+            return;
+        }
+        try {
+            var calls = response.aiMessage().toolExecutionRequests();
+            for (int i = 0; i < calls.size(); i++) {
+                handler.onCompleteToolCall(new CompleteToolCall(i, calls.get(i)));
+            }
+            handler.onCompleteResponse(response);
+        } catch (RuntimeException | Error e) {
+            // Nobody else would see it on this thread (AiServices runs tools and the next turn in here).
+            handler.onError(e);
+        }
+    }
+
+    /**
+     * One request's {@code chat.completion.chunk}s to the handler's partial callbacks. Their
+     * contexts' {@link StreamingHandle} cancels the generation (llb sees it at its next event);
+     * after {@code cancel()} the handler gets no more callbacks.
+     */
+    private static final class Chunks implements StreamingHandle {
+        final CancellationToken token = new CancellationToken();
+        private final StreamingChatResponseHandler handler;
+        private final Map<Integer, String> ids = new HashMap<>();
+        private final Map<Integer, String> names = new HashMap<>();
+
+        Chunks(StreamingChatResponseHandler handler) {
+            this.handler = handler;
+        }
+
+        @Override
+        public void cancel() {
+            token.cancel();
+        }
+
+        @Override
+        public boolean isCancelled() {
+            return token.isCancelled();
+        }
+
+        void accept(String chunkJson) {
+            JsonNode delta = Mapping.parse(chunkJson).path("choices").path(0).path("delta");
+            String thinking = delta.path("reasoning_content").asText("");
+            if (!thinking.isEmpty() && !isCancelled()) {
+                handler.onPartialThinking(new PartialThinking(thinking), new PartialThinkingContext(this));
+            }
+            String content = delta.path("content").asText("");
+            if (!content.isEmpty() && !isCancelled()) {
+                handler.onPartialResponse(new PartialResponse(content), new PartialResponseContext(this));
+            }
+            for (JsonNode call : delta.path("tool_calls")) {
+                int index = call.path("index").asInt();
+                if (call.path("id").isTextual()) {
+                    ids.put(index, call.path("id").asText());
+                }
+                JsonNode function = call.path("function");
+                if (function.path("name").isTextual()) {
+                    names.merge(index, function.path("name").asText(), String::concat);
+                }
+                String arguments = function.path("arguments").asText("");
+                if (!arguments.isEmpty() && !isCancelled()) {
+                    handler.onPartialToolCall(PartialToolCall.builder().index(index).id(ids.get(index))
+                            .name(names.get(index)).partialArguments(arguments).build(), new PartialToolCallContext(this));
+                }
+            }
+        }
+    }
+
+    @Override
+    public ChatRequestParameters defaultRequestParameters() {
+        return defaults;
+    }
+
+    @Override
+    public List<ChatModelListener> listeners() {
+        return listeners;
+    }
+
+    @Override
+    public ModelProvider provider() {
+        return ModelProvider.OTHER;
+    }
+
+    /** JSON-schema response formats: llb constrains the reply to the schema with a grammar. */
+    @Override
+    public Set<Capability> supportedCapabilities() {
+        return Set.of(Capability.RESPONSE_FORMAT_JSON_SCHEMA);
+    }
+
+    /** Closes the engine if this model opened it ({@link Builder#config}); an engine given to {@link Builder#engine} stays open. */
+    @Override
+    public void close() {
+        engines.close();
+    }
+
+    /** Builds an {@link LlbStreamingChatModel}: {@link #config} or {@link #engine}, the rest optional. */
+    public static final class Builder {
+        private static final ThreadFactory THREADS = Thread.ofPlatform().name("llb-stream-", 0).daemon().factory();
+        static final Executor DEFAULT_EXECUTOR = task -> THREADS.newThread(task).start();
+
+        private ChatConfig config;
+        private ChatEngine engine;
+        private String modelName;
+        private ChatRequestParameters defaultRequestParameters;
+        private List<ChatModelListener> listeners = List.of();
+        private Long seed;
+        private Boolean parallelToolCalls;
+        private boolean strictTools;
+        private Executor executor;
+
+        private Builder() {}
+
+        /**
+         * The model and engine settings; the model opens the engine and closes it in {@link LlbStreamingChatModel#close()}.
+         *
+         * @param config e.g. {@code ChatConfig.of(path).withContextSize(8192)}
+         * @return this builder
+         */
+        public Builder config(ChatConfig config) {
+            this.config = config;
+            return this;
+        }
+
+        /**
+         * An engine the caller opened and will close.
+         *
+         * @param engine the engine
+         * @return this builder
+         */
+        public Builder engine(ChatEngine engine) {
+            this.engine = engine;
+            return this;
+        }
+
+        /**
+         * The name reported in responses.
+         *
+         * @param modelName default: the GGUF's file name
+         * @return this builder
+         */
+        public Builder modelName(String modelName) {
+            this.modelName = modelName;
+            return this;
+        }
+
+        /**
+         * Parameters of every request (a request's own parameters win).
+         *
+         * @param parameters temperature, max output tokens, tool choice, ...
+         * @return this builder
+         */
+        public Builder defaultRequestParameters(ChatRequestParameters parameters) {
+            this.defaultRequestParameters = parameters;
+            return this;
+        }
+
+        /**
+         * LangChain4j's model listeners.
+         *
+         * @param listeners called around each request
+         * @return this builder
+         */
+        public Builder listeners(List<ChatModelListener> listeners) {
+            this.listeners = listeners == null ? List.of() : listeners;
+            return this;
+        }
+
+        /**
+         * The sampling seed of every request ({@code seed}).
+         *
+         * @param seed the seed
+         * @return this builder
+         */
+        public Builder seed(Long seed) {
+            this.seed = seed;
+            return this;
+        }
+
+        /**
+         * Whether the model may call several tools at once ({@code parallel_tool_calls}; llb's default: yes, where the template can).
+         *
+         * @param parallelToolCalls the switch
+         * @return this builder
+         */
+        public Builder parallelToolCalls(Boolean parallelToolCalls) {
+            this.parallelToolCalls = parallelToolCalls;
+            return this;
+        }
+
+        /**
+         * Where generations run; the handler is called there.
+         *
+         * @param executor default: a new daemon thread per request
+         * @return this builder
+         */
+        public Builder executor(Executor executor) {
+            this.executor = executor;
+            return this;
+        }
+
+        /**
+         * Sends tools in OpenAI's strict mode: {@code "strict":true}, every object's properties
+         * required and no others allowed ({@code "additionalProperties":false}). llb's grammar then
+         * holds the model to exactly the tool's parameters; without it a schema that does not say
+         * {@code additionalProperties} lets the model add properties of its own.
+         *
+         * @param strictTools default false, as LangChain4j's OpenAI module
+         * @return this builder
+         */
+        public Builder strictTools(boolean strictTools) {
+            this.strictTools = strictTools;
+            return this;
+        }
+
+        /**
+         * Opens the engine (unless one was given).
+         *
+         * @return the model
+         * @throws dev.langchain4j.exception.UnsupportedFeatureException when llb refuses the model because its chat template cannot do tool calls
+         * @throws dev.langchain4j.exception.ModelNotFoundException when the file does not exist
+         * @throws dev.langchain4j.exception.LangChain4jException for other llb errors
+         */
+        public LlbStreamingChatModel build() {
+            return new LlbStreamingChatModel(this);
+        }
+    }
+}
