@@ -281,7 +281,9 @@ pub fn check_tool_schema(tool: &str, schema: &Value) -> Result<()> {
     fn walk(s: &Value, path: &str) -> std::result::Result<(), String> {
         const TYPES: [&str; 7] = ["string", "number", "integer", "boolean", "object", "array", "null"];
         let Some(o) = s.as_object() else {
-            return Err(format!("a boolean schema (`{s}`) at `{path}` cannot be compiled into a grammar; use {{}} for any value"));
+            return Err(format!(
+                "a boolean schema (`{s}`) at `{path}` cannot be compiled into a grammar; use {{}} for any value"
+            ));
         };
         let types: Vec<&Value> = match o.get("type") {
             Some(Value::Array(a)) => a.iter().collect(),

@@ -146,8 +146,9 @@ fn real_tool_schemas_yield_valid_calls_in_every_family() {
     for (fi, (family, template)) in FAMILIES.into_iter().enumerate() {
         let started = Instant::now();
         // Room for three of the corpus's longest tool descriptions (the fixtures' training context).
-        let engine = CEngine::open(&json!({"model_path": corpus_fixture(template, false), "n_ctx": 8192, "n_threads": 1}))
-            .unwrap_or_else(|e| panic!("create failed: {e}"));
+        let engine =
+            CEngine::open(&json!({"model_path": corpus_fixture(template, false), "n_ctx": 8192, "n_threads": 1}))
+                .unwrap_or_else(|e| panic!("create failed: {e}"));
         let mut tally = Tally::default();
         // Each family its own sample: the six together cover six times as many tools.
         for i in sample.iter().map(|i| (i + fi * stride / FAMILIES.len()) % tools.len()) {
@@ -161,11 +162,7 @@ fn real_tool_schemas_yield_valid_calls_in_every_family() {
             let others = [&tools[(i as usize + 1) % tools.len()], &tools[(i as usize + 7) % tools.len()]];
             for (label, list, choice) in [
                 ("required", json!([tool]), json!("required")),
-                (
-                    "named",
-                    json!([others[0], tool, others[1]]),
-                    json!({"type": "function", "function": {"name": name}}),
-                ),
+                ("named", json!([others[0], tool, others[1]]), json!({"type": "function", "function": {"name": name}})),
             ] {
                 let req = json!({
                     "messages": [{"role": "user", "content": format!("Use {name}.")}],
@@ -218,7 +215,11 @@ fn numbers_are_parseable_and_inside_their_bounds_in_every_family() {
     for (family, template) in FAMILIES {
         let engine = CEngine::open_model(&corpus_fixture(template, false));
         for seed in 0..4u64 {
-            let choice = if seed % 2 == 0 { json!("required") } else { json!({"type": "function", "function": {"name": "draw"}}) };
+            let choice = if seed % 2 == 0 {
+                json!("required")
+            } else {
+                json!({"type": "function", "function": {"name": "draw"}})
+            };
             let r = engine.infer(&json!({
                 "messages": [{"role": "user", "content": "Draw a circle."}],
                 "tools": [tool], "tool_choice": choice, "parallel_tool_calls": false, "max_tokens": 400, "seed": seed, "temperature": 1.5,
@@ -228,9 +229,10 @@ fn numbers_are_parseable_and_inside_their_bounds_in_every_family() {
                 failures.push(format!("{family} seed {seed}: {e}"));
                 continue;
             }
-            let args: Value =
-                serde_json::from_str(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap())
-                    .unwrap();
+            let args: Value = serde_json::from_str(
+                r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap(),
+            )
+            .unwrap();
             for k in ["count", "layer"] {
                 let n = args[k].as_i64().map(i64::unsigned_abs).unwrap_or(u64::MAX);
                 if n > 999_999_999_999_999 {
