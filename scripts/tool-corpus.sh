@@ -13,6 +13,6 @@ mkdir -p target
 LLB_TOOL_CORPUS_STRIDE="${1:-1}" cargo test --release --test tool_corpus -- --nocapture \
   real_tool_schemas_yield_valid_calls_in_every_family >target/tool-corpus.log 2>&1
 rc=$?
-grep -E '^(FAIL|[a-z].*valid calls|[0-9]+ tools of|test result)' target/tool-corpus.log | cut -c1-400
+grep -E '^(FAIL|GAP|[a-z].*valid calls|[0-9]+ tools of|test result)' target/tool-corpus.log | cut -c1-400
 echo "== $(( $(date +%s) - start )) s, exit $rc"
 exit $rc

@@ -210,6 +210,47 @@ fn has_bounds(schema: &Value) -> bool {
     ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"].iter().any(|k| schema.get(*k).is_some())
 }
 
+/// Spells `\d`, `\w` and `\s` of a `pattern` as classes: llama.cpp's converter copies them into
+/// GBNF literals (`"\d"`), which its grammar parser then refuses.
+fn expand_class_escapes(pat: &str) -> String {
+    let mut out = String::with_capacity(pat.len());
+    let mut in_class = false;
+    let mut chars = pat.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('d' | 'w' | 's')) => {
+                    let body = match e {
+                        'd' => "0-9",
+                        'w' => "a-zA-Z0-9_",
+                        _ => " \\t\\n\\r",
+                    };
+                    if in_class {
+                        out.push_str(body);
+                    } else {
+                        out.push_str(&format!("[{body}]"));
+                    }
+                }
+                Some(other) => {
+                    out.push('\\');
+                    out.push(other);
+                }
+                None => out.push('\\'),
+            },
+            '[' if !in_class => {
+                in_class = true;
+                out.push(c);
+            }
+            ']' if in_class => {
+                in_class = false;
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Replaces bounded number/integer schemas (also inside type unions) with a placeholder
 /// constant whose literal the grammar text then swaps for llb's range grammar. `table` maps
 /// each expression to its placeholder.
@@ -236,6 +277,9 @@ fn rewrite_numbers(schema: &mut Value, table: &mut Vec<(String, String)>) -> std
             }
             _ => {}
         }
+    }
+    if let Some(Value::String(pat)) = obj.get_mut("pattern") {
+        *pat = expand_class_escapes(pat);
     }
     if obj.contains_key("enum") || obj.contains_key("const") || !has_bounds(schema) {
         return Ok(());
@@ -991,5 +1035,11 @@ mod tests {
         assert!(e.message.contains("tool `t`") && e.message.contains("/properties/a"), "{e:?}");
         let e = check_tool_schema("t", &serde_json::json!({"properties": {"a": {"type": "double"}}})).unwrap_err();
         assert!(e.message.contains("`type: \"double\"`"), "{e:?}");
+    }
+
+    #[test]
+    fn pattern_class_escapes_become_classes() {
+        assert_eq!(expand_class_escapes(r"^I?\d+[:|-]\d+(?:;\d+)*$"), r"^I?[0-9]+[:|-][0-9]+(?:;[0-9]+)*$");
+        assert_eq!(expand_class_escapes(r"[\w.]+\s\."), r"[a-zA-Z0-9_.]+[ \t\n\r]\.");
     }
 }

