@@ -12,13 +12,421 @@
 //!   grammar-conforming call can fail to parse. In the strict grammars `space` is empty: calls
 //!   come out compact, and the whitespace a format requires is in its literals.
 //!
+//! - numbers: llama.cpp's `number` admits 16-digit exponents (`-1E1657`), which no double holds
+//!   and the templates' parsers refuse, and 16-digit integers, past what a JSON consumer holds
+//!   exactly (2^53); it ignores `minimum`/`maximum` on numbers, and integer bounds with one side
+//!   open leave the other side unbounded. In the strict grammars a number has at most 15 integer
+//!   digits, 15 fraction digits and a 2-digit exponent; an integer at most 15 digits; and every
+//!   bounded number or integer is llb's own range grammar ([`number_expr`]), in every format.
+//!
 //! These rewrites act on the grammar text of the tool-call section only, by rule names that
-//! llama.cpp's builders generate (`tool-<fn>-arg-<prop>`, `tool-<fn>`, `gemma4-dict`).
+//! llama.cpp's builders generate (`tool-<fn>-arg-<prop>`, `tool-<fn>`, `gemma4-dict`), and on
+//! the schemas inside the parser arena the section grammar is built from ([`strict_section`]).
 
+use crate::error::{bail, Result};
 use crate::request::Tool;
 use crate::sampler::gbnf_literal;
 use serde_json::Value;
 use std::collections::HashMap;
+
+/// The largest integer magnitude a strict grammar admits: 15 digits, exact in a double.
+const MAX_DIGITS: u32 = 15;
+const MAX_INT: u64 = 999_999_999_999_999;
+/// Fraction digits and exponent of an unbounded number: at most 1e114, never an overflow.
+const FRACTION: &str = r#"("." [0-9]{1,15})?"#;
+const EXPONENT: &str = r#"([eE] [-+]? [0-9]{1,2})?"#;
+
+/// GBNF alternatives for the decimal integers in `[lo, hi]` (no sign, no leading zeros).
+fn uint_range(lo: u64, hi: u64) -> Vec<String> {
+    let mut alts = Vec::new();
+    if lo > hi {
+        return alts;
+    }
+    // Split by digit count; each part is a range of equal-length digit strings.
+    let mut start = lo;
+    while start <= hi {
+        let digits = start.to_string().len() as u32;
+        let top = if digits >= 20 { u64::MAX } else { 10u64.pow(digits) - 1 };
+        let end = top.min(hi);
+        same_length(&start.to_string(), &end.to_string(), &mut String::new(), &mut alts);
+        if end == u64::MAX {
+            break;
+        }
+        start = end + 1;
+    }
+    alts
+}
+
+/// Alternatives for the digit strings between `lo` and `hi` (same length), after `prefix`.
+fn same_length(lo: &str, hi: &str, prefix: &mut String, alts: &mut Vec<String>) {
+    let push = |alts: &mut Vec<String>, prefix: &str, tail: String| {
+        let p = if prefix.is_empty() { String::new() } else { format!("{} ", gbnf_literal(prefix)) };
+        alts.push(format!("{p}{tail}").trim_end().to_string());
+    };
+    if lo.is_empty() {
+        push(alts, prefix, String::new());
+        return;
+    }
+    let (a, b) = (lo.as_bytes()[0], hi.as_bytes()[0]);
+    let (lo_rest, hi_rest) = (&lo[1..], &hi[1..]);
+    let n = lo_rest.len();
+    let any = |n: usize| if n == 0 { String::new() } else { format!("[0-9]{{{n}}}") };
+    if a == b {
+        prefix.push(a as char);
+        same_length(lo_rest, hi_rest, prefix, alts);
+        prefix.pop();
+        return;
+    }
+    let lo_full = lo_rest.bytes().all(|c| c == b'0');
+    let hi_full = hi_rest.bytes().all(|c| c == b'9');
+    let first = if lo_full { a } else { a + 1 };
+    let last = if hi_full { b } else { b - 1 };
+    if !lo_full {
+        prefix.push(a as char);
+        same_length(lo_rest, &"9".repeat(n), prefix, alts);
+        prefix.pop();
+    }
+    if first <= last {
+        let class = if first == last {
+            format!("[{}]", first as char)
+        } else {
+            format!("[{}-{}]", first as char, last as char)
+        };
+        push(alts, prefix, format!("{class} {}", any(n)));
+    }
+    if !hi_full {
+        prefix.push(b as char);
+        same_length(&"0".repeat(n), hi_rest, prefix, alts);
+        prefix.pop();
+    }
+}
+
+/// A bound of a number schema: value and whether it is exclusive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Bound {
+    v: f64,
+    excl: bool,
+}
+
+/// Reads `minimum`/`exclusiveMinimum` (or the maximum pair): the tighter one wins; draft-4's
+/// boolean `exclusiveMinimum` makes `minimum` exclusive.
+fn bound(schema: &Value, inclusive: &str, exclusive: &str, lower: bool) -> Option<Bound> {
+    let inc = schema.get(inclusive).and_then(Value::as_f64);
+    let exc = schema.get(exclusive);
+    let draft4 = exc.and_then(Value::as_bool) == Some(true);
+    let a = inc.map(|v| Bound { v, excl: draft4 });
+    let b = exc.and_then(Value::as_f64).map(|v| Bound { v, excl: true });
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            let tighter = if lower { b.v >= a.v } else { b.v <= a.v };
+            Some(if tighter { b } else { a })
+        }
+        (a, b) => a.or(b),
+    }
+}
+
+fn is_int(v: f64) -> bool {
+    v.fract() == 0.0 && v.abs() <= MAX_INT as f64
+}
+
+/// GBNF for integers in the schema's bounds (within ±MAX_INT); None when the range is empty.
+fn integer_expr(lo: Option<Bound>, hi: Option<Bound>) -> Option<String> {
+    let lo = lo.map(|b| if b.excl { b.v.floor() + 1.0 } else { b.v.ceil() }).unwrap_or(-(MAX_INT as f64));
+    let hi = hi.map(|b| if b.excl { b.v.ceil() - 1.0 } else { b.v.floor() }).unwrap_or(MAX_INT as f64);
+    let (lo, hi) = (lo.max(-(MAX_INT as f64)) as i64, hi.min(MAX_INT as f64) as i64);
+    if lo > hi {
+        return None;
+    }
+    let mut alts = Vec::new();
+    if hi >= 0 {
+        alts.extend(uint_range(lo.max(0) as u64, hi as u64));
+    }
+    if lo < 0 {
+        let neg = uint_range(hi.min(-1).unsigned_abs(), lo.unsigned_abs());
+        if !neg.is_empty() {
+            alts.push(format!("\"-\" ({})", neg.join(" | ")));
+        }
+    }
+    Some(format!("({})", alts.join(" | ")))
+}
+
+/// GBNF for non-negative magnitudes m with `lo ⊲ m ⊲ hi` (a subset where a bound is not a whole
+/// number: no fractions next to it).
+fn magnitude_expr(lo: Bound, hi: Option<Bound>, alts: &mut Vec<String>) {
+    let hi_v = hi.map(|b| b.v.min(MAX_INT as f64)).unwrap_or(MAX_INT as f64 + 1.0);
+    let hi_excl = hi.is_some_and(|b| b.excl) || hi.is_none();
+    // Whole parts k whose every k.xxx lies inside: k >= lo (k > lo when exclusive), k + 1 <= hi.
+    let k_lo = if is_int(lo.v) { lo.v as i64 + i64::from(lo.excl) } else { lo.v.ceil() as i64 };
+    let k_hi = (hi_v.floor() as i64) - 1;
+    if k_lo <= k_hi {
+        let r = uint_range(k_lo.max(0) as u64, k_hi as u64);
+        alts.push(format!("({}) {FRACTION}", r.join(" | ")));
+    }
+    // The top whole number itself.
+    let top = hi_v.floor();
+    if (!hi_excl || top < hi_v) && top >= lo.v && !(lo.excl && top == lo.v) && top <= MAX_INT as f64 {
+        alts.push(gbnf_literal(&(top as u64).to_string()));
+    }
+    // Just above an exclusive whole-number lower bound: lo.xxx with a non-zero digit.
+    if lo.excl && is_int(lo.v) && lo.v + 1.0 <= hi_v {
+        alts.push(format!("{} \".\" [0-9]{{0,14}} [1-9]", gbnf_literal(&(lo.v as u64).to_string())));
+    }
+}
+
+/// GBNF for a JSON number within the schema's bounds; None when llb finds no value to admit.
+fn number_expr(lo: Option<Bound>, hi: Option<Bound>) -> Option<String> {
+    if lo.is_none() && hi.is_none() {
+        return Some(format!("(\"-\"? (\"0\" | [1-9] [0-9]{{0,{}}}) {FRACTION} {EXPONENT})", MAX_DIGITS - 1));
+    }
+    let mut alts = Vec::new();
+    // v >= 0
+    if hi.is_none_or(|h| h.v > 0.0 || (h.v == 0.0 && !h.excl)) {
+        let l = lo.filter(|l| l.v >= 0.0).unwrap_or(Bound { v: 0.0, excl: false });
+        magnitude_expr(l, hi, &mut alts);
+    }
+    // v < 0: "-" m with -hi ⊲ m ⊲ -lo.
+    if lo.is_none_or(|l| l.v < 0.0) {
+        let m_lo =
+            hi.filter(|h| h.v < 0.0).map(|h| Bound { v: -h.v, excl: h.excl }).unwrap_or(Bound { v: 0.0, excl: true });
+        let m_hi = lo.map(|l| Bound { v: -l.v, excl: l.excl });
+        let mut neg = Vec::new();
+        magnitude_expr(m_lo, m_hi, &mut neg);
+        if !neg.is_empty() {
+            alts.push(format!("\"-\" ({})", neg.join(" | ")));
+        }
+    }
+    (!alts.is_empty()).then(|| format!("({})", alts.join(" | ")))
+}
+
+/// Grammar of a number/integer schema in every format, or why it cannot be compiled.
+fn numeric_expr(schema: &Value, ty: &str) -> std::result::Result<String, String> {
+    let lo = bound(schema, "minimum", "exclusiveMinimum", true);
+    let hi = bound(schema, "maximum", "exclusiveMaximum", false);
+    let e = if ty == "integer" { integer_expr(lo, hi) } else { number_expr(lo, hi) };
+    e.ok_or_else(|| format!("minimum/maximum admit no {ty} llb can write ({lo:?}, {hi:?})"))
+}
+
+fn has_bounds(schema: &Value) -> bool {
+    ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"].iter().any(|k| schema.get(*k).is_some())
+}
+
+/// Spells `\d`, `\w` and `\s` of a `pattern` as classes: llama.cpp's converter copies them into
+/// GBNF literals (`"\d"`), which its grammar parser then refuses.
+fn expand_class_escapes(pat: &str) -> String {
+    let mut out = String::with_capacity(pat.len());
+    let mut in_class = false;
+    let mut chars = pat.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('d' | 'w' | 's')) => {
+                    let body = match e {
+                        'd' => "0-9",
+                        'w' => "a-zA-Z0-9_",
+                        _ => " \\t\\n\\r",
+                    };
+                    if in_class {
+                        out.push_str(body);
+                    } else {
+                        out.push_str(&format!("[{body}]"));
+                    }
+                }
+                Some(other) => {
+                    out.push('\\');
+                    out.push(other);
+                }
+                None => out.push('\\'),
+            },
+            '[' if !in_class => {
+                in_class = true;
+                out.push(c);
+            }
+            ']' if in_class => {
+                in_class = false;
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Replaces bounded number/integer schemas (also inside type unions) with a placeholder
+/// constant whose literal the grammar text then swaps for llb's range grammar. `table` maps
+/// each expression to its placeholder.
+fn rewrite_numbers(schema: &mut Value, table: &mut Vec<(String, String)>) -> std::result::Result<(), String> {
+    let Some(obj) = schema.as_object_mut() else {
+        if let Some(a) = schema.as_array_mut() {
+            for v in a {
+                rewrite_numbers(v, table)?;
+            }
+        }
+        return Ok(());
+    };
+    for (k, v) in obj.iter_mut() {
+        match k.as_str() {
+            "properties" | "$defs" | "definitions" | "patternProperties" => {
+                if let Some(m) = v.as_object_mut() {
+                    for s in m.values_mut() {
+                        rewrite_numbers(s, table)?;
+                    }
+                }
+            }
+            "items" | "additionalProperties" | "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
+                rewrite_numbers(v, table)?
+            }
+            _ => {}
+        }
+    }
+    if let Some(Value::String(pat)) = obj.get_mut("pattern") {
+        *pat = expand_class_escapes(pat);
+    }
+    if obj.contains_key("enum") || obj.contains_key("const") || !has_bounds(schema) {
+        return Ok(());
+    }
+    let mut placeholder = |expr: String| -> Value {
+        let id = match table.iter().find(|(e, _)| *e == expr) {
+            Some((_, id)) => id.clone(),
+            None => {
+                let id = format!("llb-num-{}", table.len());
+                table.push((expr, id.clone()));
+                id
+            }
+        };
+        serde_json::json!({"const": id})
+    };
+    match schema.get("type").cloned() {
+        Some(Value::String(t)) if t == "number" || t == "integer" => {
+            *schema = placeholder(numeric_expr(schema, &t)?);
+        }
+        Some(Value::Array(types)) if types.iter().any(|t| t == "number" || t == "integer") => {
+            let mut alts = Vec::new();
+            for t in &types {
+                let t = t.as_str().unwrap_or_default();
+                if t == "number" || t == "integer" {
+                    alts.push(placeholder(numeric_expr(schema, t)?));
+                } else {
+                    let mut other = schema.clone();
+                    other["type"] = Value::String(t.to_string());
+                    alts.push(other);
+                }
+            }
+            *schema = serde_json::json!({"anyOf": alts});
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Rejects what llama.cpp's schema converter cannot compile, before any template sees it: a
+/// boolean schema (`true`/`false`) where a schema belongs, and a `type` that JSON Schema does
+/// not have (`"double"`, `"int"`). The message names the tool, the keyword and where it is.
+pub fn check_tool_schema(tool: &str, schema: &Value) -> Result<()> {
+    fn walk(s: &Value, path: &str) -> std::result::Result<(), String> {
+        const TYPES: [&str; 7] = ["string", "number", "integer", "boolean", "object", "array", "null"];
+        let Some(o) = s.as_object() else {
+            return Err(format!(
+                "a boolean schema (`{s}`) at `{path}` cannot be compiled into a grammar; use {{}} for any value"
+            ));
+        };
+        let types: Vec<&Value> = match o.get("type") {
+            Some(Value::Array(a)) => a.iter().collect(),
+            Some(t) => vec![t],
+            None => vec![],
+        };
+        for t in types {
+            if !t.as_str().is_some_and(|t| TYPES.contains(&t)) {
+                return Err(format!("`type: {t}` at `{path}` is not a JSON Schema type ({})", TYPES.join(", ")));
+            }
+        }
+        for (k, v) in o {
+            match k.as_str() {
+                "properties" | "$defs" | "definitions" => {
+                    for (n, x) in v.as_object().into_iter().flatten() {
+                        walk(x, &format!("{path}/{k}/{n}"))?;
+                    }
+                }
+                "items" if v.is_object() || v.is_boolean() => walk(v, &format!("{path}/items"))?,
+                "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
+                    for (i, x) in v.as_array().into_iter().flatten().enumerate() {
+                        walk(x, &format!("{path}/{k}/{i}"))?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    match walk(schema, "") {
+        Ok(()) => Ok(()),
+        Err(why) => bail!(InvalidArgument, "tool `{tool}`: {why}"),
+    }
+}
+
+/// llama.cpp's number primitives, bounded (see the module notes).
+fn bounded_primitive(name: &str) -> Option<String> {
+    Some(match name {
+        "integral-part" => format!("[0] | [1-9] [0-9]{{0,{}}}", MAX_DIGITS - 1),
+        "decimal-part" => format!("[0-9]{{1,{MAX_DIGITS}}}"),
+        "number" => format!("(\"-\"? integral-part) (\".\" decimal-part)? {EXPONENT} space"),
+        _ => return None,
+    })
+}
+
+/// The strict tool-call section for these tools: llama.cpp's section grammar built from the
+/// request's parser arena (`parser`, JSON) with bounded numbers, then every rewrite of
+/// [`constrain_section`]. An empty string when the format has no tool-call section. A schema
+/// llb cannot compile is `invalid_argument` naming the tool and the keyword.
+pub fn strict_section(parser: &str, tools: &[Tool]) -> Result<String> {
+    let mut table = Vec::new();
+    let mut arena: Value = match serde_json::from_str(parser) {
+        Ok(v) => v,
+        Err(_) => return crate::shim::tool_section_grammar(parser, &serde_json::to_value(tools).unwrap_or_default()),
+    };
+    let mut typed = tools.to_vec();
+    for t in &mut typed {
+        if let Some(p) = t.function.parameters.as_mut() {
+            if let Err(why) = rewrite_numbers(p, &mut table) {
+                bail!(InvalidArgument, "tool `{}`: {why}", t.function.name);
+            }
+        }
+    }
+    if let Err(why) = rewrite_arena(&mut arena, &mut table) {
+        bail!(InvalidArgument, "tool schema: {why}");
+    }
+    let mut section =
+        crate::shim::tool_section_grammar(&arena.to_string(), &serde_json::to_value(&typed).unwrap_or_default())?;
+    if section.is_empty() {
+        return Ok(section);
+    }
+    for (expr, id) in &table {
+        section = section.replace(&format!("\"\\\"{id}\\\"\""), expr);
+    }
+    Ok(constrain_section(&section, tools))
+}
+
+/// Rewrites the schema of every schema node of a serialized parser arena.
+fn rewrite_arena(v: &mut Value, table: &mut Vec<(String, String)>) -> std::result::Result<(), String> {
+    match v {
+        Value::Object(o) => {
+            if o.get("type").and_then(Value::as_str) == Some("schema") && o.contains_key("raw") {
+                if let Some(s) = o.get_mut("schema") {
+                    return rewrite_numbers(s, table);
+                }
+            }
+            for x in o.values_mut() {
+                rewrite_arena(x, table)?;
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                rewrite_arena(x, table)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
 
 /// llama.cpp's rule-name sanitizer: runs of characters other than [A-Za-z0-9-] become '-'.
 fn rule_name(s: &str) -> String {
@@ -168,18 +576,37 @@ pub fn constrain_section(grammar: &str, tools: &[Tool]) -> String {
         // Raw-text arguments with a string enum.
         if let Some(props) = params.get("properties").and_then(Value::as_object) {
             for (prop, schema) in props {
-                let Some(values) = string_enum(schema) else { continue };
                 let Some(&i) = index.get(&format!("tool-{fname}-arg-{}", rule_name(prop))) else { continue };
-                let alts = format!("({})", values.iter().map(|v| gbnf_literal(v)).collect::<Vec<_>>().join(" | "));
                 let body = rules[i].1.clone();
-                let replaced = if let Some((a, b)) = find_exclusion_group(&body) {
-                    Some(format!("{}{}{}", &body[..a], alts, &body[b..]))
+                // The free text of the value: an inline exclusion group or a rule holding one.
+                let (group, inline) = match find_exclusion_group(&body) {
+                    Some((a, b)) => (body[a..b].to_string(), Some((a, b))),
+                    None => match body.split(' ').find(|tok| exclusion.contains(*tok)) {
+                        Some(tok) => (rules[index[tok]].1.clone(), None),
+                        None => continue,
+                    },
+                };
+                let alts = if let Some(values) = string_enum(schema) {
+                    format!("({})", values.iter().map(|v| gbnf_literal(v)).collect::<Vec<_>>().join(" | "))
+                } else if let Some(c) = schema.get("const").and_then(Value::as_str) {
+                    gbnf_literal(c)
+                } else if schema.get("type").and_then(Value::as_str) == Some("string") {
+                    // Characters of the group's first class: none can start the closing tag.
+                    let class = group.get(1..).and_then(|g| g.split(' ').next()).filter(|c| c.starts_with("[^"));
+                    match class.and_then(|c| bounded_string_content(schema, c)) {
+                        Some(content) => format!("({content})"),
+                        None => continue,
+                    }
                 } else {
-                    body.split(' ').position(|tok| exclusion.contains(tok)).map(|pos| {
+                    continue;
+                };
+                let replaced = match inline {
+                    Some((a, b)) => Some(format!("{}{}{}", &body[..a], alts, &body[b..])),
+                    None => body.split(' ').position(|tok| exclusion.contains(tok)).map(|pos| {
                         let mut toks: Vec<&str> = body.split(' ').collect();
                         toks[pos] = &alts;
                         toks.join(" ")
-                    })
+                    }),
                 };
                 if let Some(r) = replaced {
                     rules[i].1 = r;
@@ -189,7 +616,12 @@ pub fn constrain_section(grammar: &str, tools: &[Tool]) -> String {
         // Gemma 4: a schema-shaped dict instead of the generic one.
         if let Some(&i) = index.get(&format!("tool-{fname}")) {
             if rules[i].1.ends_with(" gemma4-dict") {
-                let mut g = Gemma4 { rules: Vec::new(), prefix: format!("llb-g4-{fname}") };
+                let mut g = Gemma4 {
+                    rules: Vec::new(),
+                    prefix: format!("llb-g4-{fname}"),
+                    root: params.clone(),
+                    refs: HashMap::new(),
+                };
                 let expr = g.value(&params, "args");
                 rules[i].1 = format!("{} {expr}", rules[i].1.trim_end_matches("gemma4-dict").trim_end());
                 extra.extend(g.rules);
@@ -205,15 +637,62 @@ pub fn constrain_section(grammar: &str, tools: &[Tool]) -> String {
         if n == "space" {
             *b = r#""""#.to_string();
         }
+        if let Some(p) = bounded_primitive(n) {
+            *b = p;
+        }
         *b = bound_repetitions(b, envelopes.contains(n));
     }
     rules.iter().map(|(n, b)| format!("{n} ::= {b}\n")).collect()
+}
+
+/// Content of a string with these keywords, when any applies: a `format` llama.cpp knows, or
+/// `minLength`/`maxLength` over characters of `class` (a GBNF class admitting no delimiter; the
+/// first and last characters are not blanks, which raw-text parsers trim).
+fn bounded_string_content(schema: &Value, class: &str) -> Option<String> {
+    if let Some(f) = schema.get("format").and_then(Value::as_str).and_then(format_rule) {
+        return Some(f);
+    }
+    let min = schema.get("minLength").and_then(Value::as_u64);
+    let max = schema.get("maxLength").and_then(Value::as_u64);
+    if min.is_none() && max.is_none() {
+        return None;
+    }
+    let (min, max) = (min.unwrap_or(0), max.unwrap_or(u64::from(u32::MAX)).max(min.unwrap_or(0)));
+    let edge = format!("{}\\x00-\\x20]", class.trim_end_matches(']'));
+    let max_s = if max >= u64::from(u32::MAX) { String::new() } else { (max - 2.min(max)).to_string() };
+    let inner = format!("{class}{{{},{max_s}}}", min.saturating_sub(2));
+    Some(match (min, max) {
+        (_, 0) => r#""""#.to_string(),
+        (0 | 1, 1) => format!("{edge}{}", if min == 0 { "?" } else { "" }),
+        (0, _) => format!("({edge} ({inner} {edge})?)?"),
+        (1, _) => format!("{edge} ({inner} {edge})?"),
+        _ => format!("{edge} {inner} {edge}"),
+    })
+}
+
+/// llama.cpp's `format` grammars (json-schema-to-grammar's STRING_FORMAT_RULES and uuid).
+fn format_rule(f: &str) -> Option<String> {
+    const DATE: &str = r#"[0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [1-2] [0-9] | "3" [0-1] )"#;
+    const TIME: &str = r#"([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{3} )? ( "Z" | ( "+" | "-" ) ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )"#;
+    Some(match f {
+        "date" => format!("({DATE})"),
+        "time" => format!("({TIME})"),
+        "date-time" => format!("({DATE} \"T\" {TIME})"),
+        "uuid" => {
+            r#"([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12})"#.into()
+        }
+        _ => return None,
+    })
 }
 
 /// Gemma 4's value syntax: strings between `<|"|>` marks, bare keys, bare numbers.
 struct Gemma4 {
     rules: Vec<(String, String)>,
     prefix: String,
+    /// The tool's parameters: `$ref`s resolve against it.
+    root: Value,
+    /// `$ref` → rule name, so recursive schemas become recursive rules.
+    refs: HashMap<String, String>,
 }
 
 impl Gemma4 {
@@ -221,37 +700,102 @@ impl Gemma4 {
         gbnf_literal(&format!("<|\"|>{s}<|\"|>"))
     }
 
-    fn value(&mut self, schema: &Value, path: &str) -> String {
-        if let Some(e) = schema.get("enum").and_then(Value::as_array).filter(|e| !e.is_empty()) {
-            let alts: Vec<String> = e
-                .iter()
-                .map(|v| match v {
-                    Value::String(s) => Self::string_lit(s),
-                    other => gbnf_literal(&other.to_string()),
-                })
-                .collect();
-            return format!("({})", alts.join(" | "));
+    fn literal(v: &Value) -> String {
+        match v {
+            Value::String(s) => Self::string_lit(s),
+            other => gbnf_literal(&other.to_string()),
         }
-        match schema.get("type").and_then(Value::as_str) {
-            Some("string") => "gemma4-string".into(),
-            Some("integer") => {
-                let lo = schema.get("minimum").and_then(Value::as_i64);
-                let hi = schema.get("maximum").and_then(Value::as_i64);
-                match (lo, hi) {
-                    (Some(lo), Some(hi)) if hi >= lo && hi - lo <= 256 => {
-                        format!("({})", (lo..=hi).map(|n| gbnf_literal(&n.to_string())).collect::<Vec<_>>().join(" | "))
-                    }
-                    _ => "(\"-\"? ([0-9] | [1-9] [0-9]{1,15}))".into(),
-                }
+    }
+
+    fn resolve(&self, r: &str) -> Option<Value> {
+        let ptr = r.strip_prefix('#')?;
+        self.root.pointer(ptr).cloned()
+    }
+
+    fn value(&mut self, schema: &Value, path: &str) -> String {
+        if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+            if let Some(name) = self.refs.get(r) {
+                return name.clone();
             }
-            Some("number") => "gemma4-number".into(),
-            Some("boolean") => "gemma4-bool".into(),
-            Some("null") => "gemma4-null".into(),
-            Some("array") => {
+            let Some(target) = self.resolve(r) else { return "gemma4-value".into() };
+            let name = format!("{}-ref{}", self.prefix, self.refs.len());
+            self.refs.insert(r.to_string(), name.clone());
+            let body = self.value(&target, &format!("{path}-ref"));
+            self.rules.push((name.clone(), body));
+            return name;
+        }
+        if let Some(c) = schema.get("const") {
+            return Self::literal(c);
+        }
+        if let Some(e) = schema.get("enum").and_then(Value::as_array).filter(|e| !e.is_empty()) {
+            return format!("({})", e.iter().map(Self::literal).collect::<Vec<_>>().join(" | "));
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(alts) = schema.get(key).and_then(Value::as_array).filter(|a| !a.is_empty()) {
+                let exprs: Vec<String> =
+                    alts.iter().enumerate().map(|(i, a)| self.value(a, &format!("{path}-{i}"))).collect();
+                return format!("({})", exprs.join(" | "));
+            }
+        }
+        if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
+            // Merge the parts' properties and requirements (the common use: a base and an extension).
+            let mut merged = schema.clone();
+            merged.as_object_mut().unwrap().remove("allOf");
+            for part in all {
+                let part = match part.get("$ref").and_then(Value::as_str) {
+                    Some(r) => self.resolve(r).unwrap_or_default(),
+                    None => part.clone(),
+                };
+                merge_schema(&mut merged, &part);
+            }
+            return self.value(&merged, path);
+        }
+        match schema.get("type") {
+            Some(Value::Array(types)) => {
+                let exprs: Vec<String> = types
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        let mut one = schema.clone();
+                        one["type"] = t.clone();
+                        self.value(&one, &format!("{path}-t{i}"))
+                    })
+                    .collect();
+                return format!("({})", exprs.join(" | "));
+            }
+            Some(Value::String(t)) => return self.typed(schema, t, path),
+            _ => {}
+        }
+        if schema.get("properties").is_some() {
+            return self.object(schema, path);
+        }
+        "gemma4-value".into()
+    }
+
+    fn typed(&mut self, schema: &Value, t: &str, path: &str) -> String {
+        match t {
+            "string" => match bounded_string_content(schema, "[^<]") {
+                Some(content) => format!("(\"<|\\\"|>\" {content} \"<|\\\"|>\")"),
+                None => "gemma4-string".into(),
+            },
+            "integer" | "number" => numeric_expr(schema, t).unwrap_or_else(|_| "gemma4-number".into()),
+            "boolean" => "gemma4-bool".into(),
+            "null" => "gemma4-null".into(),
+            "array" => {
                 let item = self.value(schema.get("items").unwrap_or(&Value::Null), &format!("{path}-item"));
-                format!("\"[\" space ({item} (\",\" space {item})*)? \"]\"")
+                let min = schema.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+                let max = schema.get("maxItems").and_then(Value::as_u64);
+                let more = |n: u64| {
+                    format!("(\",\" space {item}){{{},{}}}", n, max.map(|m| (m - 1).to_string()).unwrap_or_default())
+                };
+                let body = match (min, max) {
+                    (_, Some(0)) => String::new(),
+                    (0, _) => format!("({item} {})?", more(0)),
+                    (n, _) => format!("{item} {}", more(n - 1)),
+                };
+                format!("(\"[\" space {body} \"]\")")
             }
-            Some("object") | None if schema.get("properties").is_some() => self.object(schema, path),
+            "object" if schema.get("properties").is_some() => self.object(schema, path),
             _ => "gemma4-value".into(),
         }
     }
@@ -294,6 +838,30 @@ impl Gemma4 {
     }
 }
 
+/// Merges an `allOf` part into a schema: properties and required lists add up; other keywords
+/// of the part win where the schema has none.
+fn merge_schema(into: &mut Value, part: &Value) {
+    let (Some(into), Some(part)) = (into.as_object_mut(), part.as_object()) else { return };
+    for (k, v) in part {
+        match (k.as_str(), into.get_mut(k)) {
+            ("properties", Some(Value::Object(p))) => {
+                if let Some(o) = v.as_object() {
+                    p.extend(o.clone());
+                }
+            }
+            ("required", Some(Value::Array(r))) => {
+                if let Some(a) = v.as_array() {
+                    r.extend(a.iter().cloned());
+                }
+            }
+            (_, None) => {
+                into.insert(k.clone(), v.clone());
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,5 +880,166 @@ mod tests {
         assert_eq!(bound_repetitions(r#""[x]+" [0-9]+ [a-z]*"#, false), r#""[x]+" [0-9]{1,64} [a-z]{0,64}"#);
         assert_eq!(bound_repetitions(r#"("a" | [^"])* "x)*""#, true), r#"("a" | [^"]){0,64} "x)*""#);
         assert_eq!(bound_repetitions(r#"("a")*"#, false), r#"("a")*"#);
+    }
+
+    /// llb's grammar fragments (literals, classes, groups, repetitions) as an anchored regex.
+    fn to_regex(gbnf: &str) -> regex::Regex {
+        let b = gbnf.as_bytes();
+        let mut re = String::from("^(?:");
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'"' => {
+                    let j = skip_quoted(b, i, b'"');
+                    let lit = gbnf[i + 1..j - 1].replace("\\\"", "\"").replace("\\\\", "\\");
+                    re.push_str(&format!("(?:{})", regex::escape(&lit)));
+                    i = j;
+                }
+                b'[' => {
+                    let j = skip_quoted(b, i, b']');
+                    re.push_str(&gbnf[i..j]);
+                    i = j;
+                }
+                b'(' => {
+                    re.push_str("(?:");
+                    i += 1;
+                }
+                b' ' => i += 1,
+                c => {
+                    re.push(c as char);
+                    i += 1;
+                }
+            }
+        }
+        re.push_str(")$");
+        regex::Regex::new(&re).unwrap_or_else(|e| panic!("{gbnf} -> {re}: {e}"))
+    }
+
+    #[test]
+    fn integer_ranges_admit_exactly_their_members() {
+        for (lo, hi) in
+            [(0, 0), (1, 7), (0, 9), (5, 123), (10, 99), (17, 1234), (999, 1000), (0, 100_000), (123, 45_678)]
+        {
+            let re = to_regex(&format!("({})", uint_range(lo, hi).join(" | ")));
+            for n in 0..=(hi + 20).min(200_000) {
+                assert_eq!(re.is_match(&n.to_string()), (lo..=hi).contains(&n), "[{lo},{hi}] on {n}");
+            }
+            assert!(!re.is_match(&format!("0{lo}")), "leading zero admitted for [{lo},{hi}]");
+        }
+        let re = to_regex(
+            &integer_expr(Some(Bound { v: -12.0, excl: false }), Some(Bound { v: 30.0, excl: true })).unwrap(),
+        );
+        for n in -200i64..200 {
+            assert_eq!(re.is_match(&n.to_string()), (-12..30).contains(&n), "{n}");
+        }
+        assert!(!re.is_match("-0"));
+    }
+
+    #[test]
+    fn unbounded_numbers_fit_a_double_and_integers_fit_a_consumer() {
+        let num = to_regex(&number_expr(None, None).unwrap());
+        for ok in ["0", "-0.5", "123456789012345", "1.5e99", "-3E-7", "42.000000000000001"] {
+            assert!(num.is_match(ok), "{ok}");
+        }
+        // The issue's outputs: a 4-digit exponent, 16 integer digits.
+        for bad in ["-1E1657", "9734513801175893.7011163834967636E7782516520208231", "1e100", "01", "1.", ".5"] {
+            assert!(!num.is_match(bad), "{bad}");
+        }
+        let int = to_regex(&integer_expr(None, None).unwrap());
+        assert!(int.is_match("999999999999999") && int.is_match("-999999999999999") && int.is_match("0"));
+        assert!(!int.is_match("1000000000000000") && !int.is_match("9007199254740993") && !int.is_match("1.0"));
+    }
+
+    #[test]
+    fn bounded_numbers_stay_inside_their_bounds() {
+        let b = |v: f64, excl: bool| Some(Bound { v, excl });
+        let cases = [
+            (b(0.0, false), b(1.0, false)),
+            (b(0.0, true), b(1.0, true)),
+            (b(0.0, false), b(2.5, false)),
+            (b(-5.0, false), b(5.0, false)),
+            (b(-1.0, true), None),
+            (None, b(-2.0, false)),
+            (b(1.0, false), None),
+            (b(0.5, false), b(100.0, false)),
+        ];
+        let samples: Vec<String> = (-700..=700)
+            .flat_map(|i| {
+                let x = i as f64 / 100.0;
+                [format!("{x}"), format!("{}", x * 1000.0), format!("{}", i / 100)]
+            })
+            .chain(["1e3", "-1e3", "0.999", "1.0001"].map(String::from))
+            .collect();
+        for (lo, hi) in cases {
+            let expr = number_expr(lo, hi).unwrap();
+            let re = to_regex(&expr);
+            let mut admitted = 0;
+            for s in &samples {
+                if re.is_match(s) {
+                    admitted += 1;
+                    let v: f64 = s.parse().unwrap();
+                    let above = lo.is_none_or(|l| if l.excl { v > l.v } else { v >= l.v });
+                    let below = hi.is_none_or(|h| if h.excl { v < h.v } else { v <= h.v });
+                    assert!(above && below, "{s} admitted by {lo:?}..{hi:?}: {expr}");
+                }
+            }
+            assert!(admitted > 3, "{lo:?}..{hi:?} admits almost nothing: {expr}");
+        }
+        // Fractions, not only whole numbers, where the range has room for them.
+        assert!(to_regex(&number_expr(b(0.0, false), b(2.0, false)).unwrap()).is_match("1.25"));
+        assert!(to_regex(&number_expr(b(0.0, true), b(1.0, true)).unwrap()).is_match("0.5"));
+    }
+
+    #[test]
+    fn bounded_schemas_become_placeholders_in_every_position() {
+        let mut schema = serde_json::json!({"type": "object", "properties": {
+            "r": {"type": "number", "minimum": 0},
+            "n": {"type": ["integer", "null"], "maximum": 9},
+            "list": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 3}},
+            "free": {"type": "number"}},
+            "$defs": {"d": {"type": "integer", "exclusiveMinimum": 0}}});
+        let mut table = Vec::new();
+        rewrite_numbers(&mut schema, &mut table).unwrap();
+        assert_eq!(table.len(), 4, "{table:?}");
+        assert_eq!(schema["properties"]["r"]["const"], "llb-num-0");
+        assert_eq!(schema["properties"]["n"]["anyOf"][1]["type"], "null");
+        assert_eq!(schema["properties"]["list"]["items"]["const"], "llb-num-2");
+        assert_eq!(schema["properties"]["free"], serde_json::json!({"type": "number"}));
+        let mut empty = serde_json::json!({"type": "integer", "minimum": 3, "maximum": 2});
+        let err = rewrite_numbers(&mut empty, &mut table).unwrap_err();
+        assert!(err.contains("minimum/maximum"), "{err}");
+    }
+
+    #[test]
+    fn bounded_raw_strings_have_no_blank_edges_and_respect_lengths() {
+        let re = to_regex(
+            &bounded_string_content(&serde_json::json!({"type": "string", "minLength": 2, "maxLength": 5}), "[^<]")
+                .unwrap(),
+        );
+        for (s, ok) in [("ab", true), ("a b c", true), ("a", false), ("abcdef", false), (" ab", false), ("a<b", false)]
+        {
+            assert_eq!(re.is_match(s), ok, "{s:?}");
+        }
+        let date = to_regex(
+            &bounded_string_content(&serde_json::json!({"type": "string", "format": "date"}), "[^<]").unwrap(),
+        );
+        assert!(date.is_match("2024-02-29") && !date.is_match("2024-13-01"));
+    }
+
+    #[test]
+    fn schemas_llama_cpp_cannot_compile_are_named() {
+        let ok = serde_json::json!({"type": "object", "properties": {"a": {"type": ["string", "null"]}},
+            "additionalProperties": false, "$defs": {"d": {"items": {"type": "integer"}}}});
+        assert!(check_tool_schema("t", &ok).is_ok());
+        let e = check_tool_schema("t", &serde_json::json!({"properties": {"a": false}})).unwrap_err();
+        assert!(e.message.contains("tool `t`") && e.message.contains("/properties/a"), "{e:?}");
+        let e = check_tool_schema("t", &serde_json::json!({"properties": {"a": {"type": "double"}}})).unwrap_err();
+        assert!(e.message.contains("`type: \"double\"`"), "{e:?}");
+    }
+
+    #[test]
+    fn pattern_class_escapes_become_classes() {
+        assert_eq!(expand_class_escapes(r"^I?\d+[:|-]\d+(?:;\d+)*$"), r"^I?[0-9]+[:|-][0-9]+(?:;[0-9]+)*$");
+        assert_eq!(expand_class_escapes(r"[\w.]+\s\."), r"[a-zA-Z0-9_.]+[ \t\n\r]\.");
     }
 }

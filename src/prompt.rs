@@ -171,9 +171,7 @@ impl Prompter {
                 } else {
                     all.clone()
                 };
-                let section = crate::shim::tool_section_grammar(&p.parser, &section_tools)?;
-                let section =
-                    if section.is_empty() { section } else { crate::constrain::constrain_section(&section, &typed) };
+                let section = crate::constrain::strict_section(&p.parser, &typed)?;
                 let (grammar, prefill) = if section.is_empty() {
                     self.grammar_of(&p)?
                 } else {

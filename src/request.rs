@@ -357,6 +357,12 @@ impl ChatRequest {
                 if !p.is_object() {
                     bail!(InvalidArgument, "field `tools[{i}].function.parameters`: must be a JSON Schema object");
                 }
+                crate::constrain::check_tool_schema(name, p).map_err(|e| {
+                    Error::new(
+                        ErrorCode::InvalidArgument,
+                        format!("field `tools[{i}].function.parameters`: {}", e.message),
+                    )
+                })?;
             }
         }
         match self.choice() {
