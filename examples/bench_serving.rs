@@ -153,8 +153,11 @@ fn child(kind: &str, n: usize, model: &str) {
             let one = |i| llb_one(&infer, i);
             json!({"cold": batch(n, &one), "warm": batch(n, &one)})
         }
-        "engines" => {
-            let engines: Vec<Engine> = (0..n).map(|_| Engine::create(config(model, None), None).unwrap()).collect();
+        "engines" | "engines1" => {
+            // engines1: the host divides the cores itself (n_threads 1 each), the reference.
+            let threads = (kind == "engines1").then_some(1);
+            let cfg = || EngineConfig { n_threads: threads, ..config(model, None) };
+            let engines: Vec<Engine> = (0..n).map(|_| Engine::create(cfg(), None).unwrap()).collect();
             let one = |i: usize| {
                 let infer = |r: &str, _e: &dyn Fn(&Value) -> bool| engines[i].infer(r).unwrap();
                 llb_one(&infer, i)
@@ -286,9 +289,17 @@ fn main() {
         }
         if n == engines_n {
             let engines = run_child("engines", n, &model);
+            let engines1 = run_child("engines1", n, &model);
             for phase in ["cold", "warm"] {
                 row("llb engines (default)", n, phase, &engines, &peer);
+                row("llb engines (1 thread)", n, phase, &engines1, &peer);
             }
+            let wall = |r: &Value, phase: &str| r[phase]["wall"].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "default engines / 1-thread engines, N={n}: cold wall {:.2}x, warm wall {:.2}x (goal <= 1.1x)",
+                wall(&engines, "cold") / wall(&engines1, "cold"),
+                wall(&engines, "warm") / wall(&engines1, "warm")
+            );
         }
     }
 }
