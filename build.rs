@@ -389,6 +389,19 @@ fn build_shim(manifest: &Path, src: &Path) {
                 .flat_map(|d| ["-isystem".to_string(), src.join(d).display().to_string()]),
         )
         .compile("llb_shim");
+    build_zero_pages(manifest);
+}
+
+/// Linux: memsets of zero over big private anonymous buffers (llama.cpp's KV clear) return the
+/// pages instead of touching them (native/zero_pages.c), so a pool's KV budget is resident only
+/// as far as it is used.
+fn build_zero_pages(manifest: &Path) {
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return;
+    }
+    println!("cargo:rerun-if-changed=native/zero_pages.c");
+    cc::Build::new().file(manifest.join("native/zero_pages.c")).opt_level(2).pic(true).compile("llb_zero_pages");
+    println!("cargo:rustc-link-arg=-Wl,--wrap=memset");
 }
 
 /// cbindgen writes the public header to OUT_DIR; `LLB_BLESS_HEADER=1` also refreshes the
