@@ -1,6 +1,7 @@
 //! Loaded models, shared: engines opened on the same file share one `llama_model`
 //! (reference-counted); the weights are freed when the last engine goes.
 
+use crate::backend::LoadParams;
 use crate::error::{Error, ErrorCode, Result};
 use crate::sys;
 use once_cell::sync::Lazy;
@@ -38,7 +39,8 @@ impl Drop for Model {
     }
 }
 
-static MODELS: Lazy<Mutex<HashMap<PathBuf, Weak<Model>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+/// Keyed by the file and how it is loaded (GPU layers, devices, mmap: see `LoadParams::key`).
+static MODELS: Lazy<Mutex<HashMap<(PathBuf, String), Weak<Model>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
 
 /// How many distinct models are loaded now (for tests and diagnostics).
 pub fn loaded_count() -> usize {
@@ -61,32 +63,42 @@ fn model_key(path: &Path) -> PathBuf {
 pub fn holders(path: &Path) -> usize {
     let key = model_key(path);
     let m = MODELS.lock().unwrap_or_else(|e| e.into_inner());
-    m.get(&key).map_or(0, Weak::strong_count)
+    m.iter().filter(|((p, _), _)| *p == key).map(|(_, w)| w.strong_count()).sum()
 }
 
-/// Returns the loaded model for `path`, loading it if no engine holds it.
+/// Returns the loaded model for `path`, loading it (llama.cpp's default params) if no engine holds it.
 pub fn acquire(path: &Path) -> Result<Arc<Model>> {
-    let key = model_key(path);
+    acquire_with(path, &LoadParams::default())
+}
+
+/// Returns the model loaded from `path` with `params`, loading it if no engine holds it so.
+pub fn acquire_with(path: &Path, params: &LoadParams) -> Result<Arc<Model>> {
+    let path_key = model_key(path);
+    let key = (path_key.clone(), params.key());
     // The lock is held across the load so that two engines opened at once load the file once.
     let mut models = MODELS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(m) = models.get(&key).and_then(Weak::upgrade) {
         return Ok(m);
     }
     use std::os::unix::ffi::OsStrExt;
-    let c = CString::new(key.as_os_str().as_bytes())
+    let c = CString::new(path_key.as_os_str().as_bytes())
         .map_err(|_| Error::new(ErrorCode::InvalidArgument, "path contains a NUL byte"))?;
-    // SAFETY: default params and a valid path; a NULL result is handled.
-    let raw = unsafe {
-        let params = sys::llama_model_default_params();
-        sys::llama_model_load_from_file(c.as_ptr(), params)
-    };
+    // SAFETY: params built for this call (their arrays live through it) and a valid path; a
+    // NULL result is handled.
+    let raw = params.with_raw(|p| unsafe { sys::llama_model_load_from_file(c.as_ptr(), p) })?;
     if raw.is_null() {
         return Err(Error::new(
             ErrorCode::ModelLoadFailed,
-            format!("llama.cpp could not load {} (set LLB_LOG=1 for its log)", path.display()),
+            format!(
+                "llama.cpp could not load {} with n_gpu_layers={}, split_mode={:?}{} (set LLB_LOG=1 for its log)",
+                path.display(),
+                params.n_gpu_layers,
+                params.split_mode,
+                params.devices.as_ref().map_or(String::new(), |d| format!(", devices {d:?}"))
+            ),
         ));
     }
-    let m = Arc::new(Model { raw, path: key.clone() });
+    let m = Arc::new(Model { raw, path: path_key });
     models.retain(|_, w| w.strong_count() > 0);
     models.insert(key, Arc::downgrade(&m));
     Ok(m)

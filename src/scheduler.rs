@@ -38,6 +38,8 @@ pub struct SchedConfig {
     pub max_queue: usize,
     /// Compute threads a decode asks the process budget for.
     pub n_threads: usize,
+    /// Flash attention, KV cache types, KV offload.
+    pub backend: crate::backend::ContextParams,
 }
 
 /// What a request's caller receives.
@@ -154,6 +156,7 @@ impl Scheduler {
             cp.n_threads = config.n_threads as i32;
             cp.n_threads_batch = config.n_threads as i32;
             cp.no_perf = true;
+            config.backend.apply(&mut cp);
             sys::llama_init_from_model(model.raw(), cp)
         };
         if ctx.is_null() {
