@@ -36,6 +36,9 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LLB_PORTABLE");
     println!("cargo:rerun-if-env-changed=LLB_LLAMA_BUILD_DIR");
     println!("cargo:rerun-if-env-changed=LLB_BLESS_HEADER");
+    for var in ["LLB_CUDA", "LLB_VULKAN", "LLB_RPC", "LLB_METAL", "CUDA_PATH"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
     // The tools checked below: a build that failed for want of one reruns anyway, these make a
     // changed choice count too.
     println!("cargo:rerun-if-env-changed=CMAKE");
@@ -45,8 +48,9 @@ fn main() {
     check_build_tools();
     let src = llama_source(&manifest, &out, &pin);
     println!("cargo:rustc-env=LLB_LLAMA_CPP_SRC={}", src.display());
-    let build = build_llama(&src, &out, &pin);
-    link_llama(&build);
+    let backends = Backends::from_env();
+    let build = build_llama(&src, &out, &pin, &backends);
+    link_llama(&build, &backends);
     build_shim(&manifest, &src);
     generate_header(&manifest, &out);
 }
@@ -257,7 +261,70 @@ fn fnv64(parts: &[&str]) -> String {
     format!("{h:016x}")
 }
 
-fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>) -> PathBuf {
+fn switch(var: &str) -> Option<bool> {
+    env::var(var).ok().map(|v| !(v.is_empty() || v == "0" || v.eq_ignore_ascii_case("off")))
+}
+
+/// The ggml backends besides the CPU: `LLB_CUDA=1`, `LLB_VULKAN=1`, `LLB_RPC=1`; Metal is
+/// llama.cpp's default on macOS (`LLB_METAL=0` turns it off).
+struct Backends {
+    cuda: bool,
+    vulkan: bool,
+    rpc: bool,
+    /// Some(on) on macOS, where llama.cpp builds Metal (and BLAS through Accelerate) by default.
+    metal: Option<bool>,
+}
+
+impl Backends {
+    fn from_env() -> Backends {
+        let apple = env::var("CARGO_CFG_TARGET_OS").map(|o| o == "macos").unwrap_or(false);
+        Backends {
+            cuda: switch("LLB_CUDA").unwrap_or(false),
+            vulkan: switch("LLB_VULKAN").unwrap_or(false),
+            rpc: switch("LLB_RPC").unwrap_or(false),
+            metal: apple.then(|| switch("LLB_METAL").unwrap_or(true)),
+        }
+    }
+
+    /// CMake defines for the switched-on backends. Empty for the default build, whose build
+    /// directory key therefore stays what it was before the switches existed.
+    fn defines(&self) -> Vec<(&'static str, &'static str)> {
+        let mut d = Vec::new();
+        if self.cuda {
+            d.push(("GGML_CUDA", "ON"));
+        }
+        if self.vulkan {
+            d.push(("GGML_VULKAN", "ON"));
+        }
+        if self.rpc {
+            d.push(("GGML_RPC", "ON"));
+        }
+        if self.metal == Some(false) {
+            d.push(("GGML_METAL", "OFF"));
+        }
+        d
+    }
+
+    fn check_tools(&self) {
+        if self.cuda && which("nvcc").is_none() && !Path::new(&cuda_root()).join("bin/nvcc").is_file() {
+            fail(format!(
+                "LLB_CUDA=1 needs the CUDA toolkit (nvcc, cuBLAS): none found on PATH or in {} (set CUDA_PATH)",
+                cuda_root()
+            ));
+        }
+        if self.vulkan && which("glslc").is_none() {
+            fail(
+                "LLB_VULKAN=1 needs the Vulkan headers and loader and the glslc shader compiler: `sudo apt-get install libvulkan-dev glslc` (Debian 12: glslc is in bookworm-backports, or install the LunarG SDK)",
+            );
+        }
+    }
+}
+
+fn cuda_root() -> String {
+    env::var("CUDA_PATH").unwrap_or_else(|_| "/usr/local/cuda".into())
+}
+
+fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>, backends: &Backends) -> PathBuf {
     let native = env::var("LLB_PORTABLE").map(|v| v.is_empty() || v == "0").unwrap_or(true);
     let mut defines: Vec<(&str, &str)> = vec![
         ("BUILD_SHARED_LIBS", "OFF"),
@@ -286,6 +353,10 @@ fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>) -> PathBu
     let src_s = src.to_string_lossy();
     let mut key_parts: Vec<String> = vec![src_s.to_string(), pin["sha256"].clone(), ninja.to_string()];
     key_parts.extend(defines.iter().map(|(k, v)| format!("{k}={v}")));
+    // The backend set is part of the key; the default (CPU only) adds nothing to it.
+    backends.check_tools();
+    key_parts.extend(backends.defines().iter().map(|(k, v)| format!("{k}={v}")));
+    defines.extend(backends.defines());
     let key = fnv64(&key_parts.iter().map(String::as_str).collect::<Vec<_>>());
     let dir = match env::var("LLB_LLAMA_BUILD_DIR") {
         Ok(d) => PathBuf::from(d).join(&key),
@@ -335,13 +406,52 @@ fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>) -> PathBu
     dir.join("build")
 }
 
-fn link_llama(build: &Path) {
+fn link_llama(build: &Path, backends: &Backends) {
     let search = ["common", "src", "ggml/src", "vendor/cpp-httplib"];
     for s in search {
         println!("cargo:rustc-link-search=native={}", build.join(s).display());
     }
-    for lib in ["llama-common", "llama-common-base", "cpp-httplib", "llama", "ggml", "ggml-cpu", "ggml-base"] {
+    // ggml links its backends into the registry (ggml-backend-reg.cpp): they come before it.
+    let mut libs = vec!["llama-common", "llama-common-base", "cpp-httplib", "llama", "ggml"];
+    let mut extra = Vec::new();
+    if backends.cuda {
+        extra.push("ggml-cuda");
+    }
+    if backends.vulkan {
+        extra.push("ggml-vulkan");
+    }
+    if backends.rpc {
+        extra.push("ggml-rpc");
+    }
+    if backends.metal == Some(true) {
+        extra.extend(["ggml-metal", "ggml-blas"]);
+    }
+    for lib in &extra {
+        println!("cargo:rustc-link-search=native={}", build.join("ggml/src").join(lib).display());
+    }
+    libs.extend(extra);
+    libs.extend(["ggml-cpu", "ggml-base"]);
+    for lib in libs {
         println!("cargo:rustc-link-lib=static={lib}");
+    }
+    if backends.cuda {
+        let root = cuda_root();
+        for dir in ["lib64", "lib64/stubs", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"] {
+            println!("cargo:rustc-link-search=native={root}/{dir}");
+        }
+        for lib in ["cudart", "cublas", "cublasLt", "cuda"] {
+            println!("cargo:rustc-link-lib=dylib={lib}");
+        }
+    }
+    if backends.vulkan {
+        println!("cargo:rustc-link-lib=dylib=vulkan");
+    }
+    if backends.metal == Some(true) {
+        for fw in ["Foundation", "Metal", "MetalKit", "Accelerate"] {
+            println!("cargo:rustc-link-lib=framework={fw}");
+        }
+        println!("cargo:rustc-link-lib=dylib=c++");
+        return;
     }
     println!("cargo:rustc-link-lib=dylib=stdc++");
     println!("cargo:rustc-link-lib=dylib=pthread");
