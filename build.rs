@@ -36,6 +36,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LLB_PORTABLE");
     println!("cargo:rerun-if-env-changed=LLB_LLAMA_BUILD_DIR");
     println!("cargo:rerun-if-env-changed=LLB_BLESS_HEADER");
+    println!("cargo::rustc-check-cfg=cfg(llb_rpc)");
     for var in ["LLB_CUDA", "LLB_VULKAN", "LLB_RPC", "LLB_METAL", "CUDA_PATH"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
@@ -52,6 +53,9 @@ fn main() {
     let build = build_llama(&src, &out, &pin, &backends);
     link_llama(&build, &backends);
     build_shim(&manifest, &src);
+    if backends.rpc {
+        build_rpc(&src);
+    }
     generate_header(&manifest, &out);
 }
 
@@ -265,8 +269,10 @@ fn switch(var: &str) -> Option<bool> {
     env::var(var).ok().map(|v| !(v.is_empty() || v == "0" || v.eq_ignore_ascii_case("off")))
 }
 
-/// The ggml backends besides the CPU: `LLB_CUDA=1`, `LLB_VULKAN=1`, `LLB_RPC=1`; Metal is
-/// llama.cpp's default on macOS (`LLB_METAL=0` turns it off).
+/// The ggml backends besides the CPU: `LLB_CUDA=1`, `LLB_VULKAN=1`; Metal is llama.cpp's default
+/// on macOS (`LLB_METAL=0` turns it off). RPC is on by default (`LLB_RPC=0` turns it off) and is
+/// not a CMake switch: ggml's RPC client is two C++ files compiled with the shim (build_rpc), so
+/// the default llama.cpp build, its key and its cost stay those of the CPU-only build.
 struct Backends {
     cuda: bool,
     vulkan: bool,
@@ -281,7 +287,7 @@ impl Backends {
         Backends {
             cuda: switch("LLB_CUDA").unwrap_or(false),
             vulkan: switch("LLB_VULKAN").unwrap_or(false),
-            rpc: switch("LLB_RPC").unwrap_or(false),
+            rpc: switch("LLB_RPC").unwrap_or(true),
             metal: apple.then(|| switch("LLB_METAL").unwrap_or(true)),
         }
     }
@@ -295,9 +301,6 @@ impl Backends {
         }
         if self.vulkan {
             d.push(("GGML_VULKAN", "ON"));
-        }
-        if self.rpc {
-            d.push(("GGML_RPC", "ON"));
         }
         if self.metal == Some(false) {
             d.push(("GGML_METAL", "OFF"));
@@ -364,6 +367,8 @@ fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>, backends:
         Err(_) => out.ancestors().nth(4).unwrap_or(out).join("llama.cpp-build").join(&key),
     };
     fs::create_dir_all(&dir).unwrap();
+    // scripts/rpc-server.sh links against this build (tests pass it as LLB_LLAMA_BUILD).
+    println!("cargo:rustc-env=LLB_LLAMA_BUILD={}", dir.display());
     // A cold build is the long step of a first `cargo build`: say so, and how long it takes.
     let cold = !dir.join("build/src/libllama.a").is_file();
     if cold {
@@ -419,9 +424,6 @@ fn link_llama(build: &Path, backends: &Backends) {
     }
     if backends.vulkan {
         extra.push("ggml-vulkan");
-    }
-    if backends.rpc {
-        extra.push("ggml-rpc");
     }
     if backends.metal == Some(true) {
         extra.extend(["ggml-metal", "ggml-blas"]);
@@ -479,7 +481,14 @@ fn build_shim(manifest: &Path, src: &Path) {
             src.join("common/chat.cpp").display(),
         ));
     }
-    for f in ["native/shim.cpp", "native/isolate.cpp", "native/guard.h", "native/shim.h", "native/chat_templates_layout.h"] {
+    for f in [
+        "native/shim.cpp",
+        "native/isolate.cpp",
+        "native/rpc_guard.cpp",
+        "native/guard.h",
+        "native/shim.h",
+        "native/chat_templates_layout.h",
+    ] {
         println!("cargo:rerun-if-changed={f}");
     }
     cc::Build::new()
@@ -487,6 +496,7 @@ fn build_shim(manifest: &Path, src: &Path) {
         .std("c++17")
         .file(manifest.join("native/shim.cpp"))
         .file(manifest.join("native/isolate.cpp"))
+        .file(manifest.join("native/rpc_guard.cpp"))
         .include(manifest.join("native"))
         .opt_level(2)
         .pic(true)
@@ -499,6 +509,29 @@ fn build_shim(manifest: &Path, src: &Path) {
                 .flat_map(|d| ["-isystem".to_string(), src.join(d).display().to_string()]),
         )
         .compile("llb_shim");
+}
+
+/// ggml's RPC client (`ggml/src/ggml-rpc`: the backend and its TCP transport, no dependencies),
+/// compiled here rather than with `GGML_RPC=ON` so that it adds two files to the build, not a
+/// second llama.cpp build. `LLB_HAS_RPC` tells src/backend.rs to register it with ggml's registry
+/// (which is what `GGML_USE_RPC` would have done). scripts/rpc-server.sh links the server against
+/// the same llama.cpp build.
+fn build_rpc(src: &Path) {
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .file(src.join("ggml/src/ggml-rpc/ggml-rpc.cpp"))
+        .file(src.join("ggml/src/ggml-rpc/transport.cpp"))
+        .opt_level(2)
+        .pic(true)
+        .warnings(false)
+        .flags(
+            ["ggml/include", "ggml/src"]
+                .iter()
+                .flat_map(|d| ["-isystem".to_string(), src.join(d).display().to_string()]),
+        )
+        .compile("llb_ggml_rpc");
+    println!("cargo:rustc-cfg=llb_rpc");
 }
 
 /// cbindgen writes the public header to OUT_DIR; `LLB_BLESS_HEADER=1` also refreshes the

@@ -12,6 +12,21 @@ use std::ffi::{c_char, CStr};
 // gguf.h and the shim. include!, not inline: cbindgen (the public header) does not expand it.
 include!("ggml_backend_ffi.rs");
 
+/// Adds the backends llb compiles itself to ggml's registry: the RPC client (build.rs, build_rpc).
+/// Called once, by `crate::init_backend`.
+pub(crate) fn register_builtin() {
+    // SAFETY: no preconditions; installs ggml's abort callback once.
+    unsafe { llb_rpc_guard_install() };
+    #[cfg(llb_rpc)]
+    {
+        extern "C" {
+            fn ggml_backend_rpc_reg() -> ggml_backend_reg_t;
+        }
+        // SAFETY: ggml-rpc.h; the registry it returns is static; called once.
+        unsafe { ggml_backend_register(ggml_backend_rpc_reg()) };
+    }
+}
+
 /// RPC servers registered in this process (endpoint → its device names). ggml's registry is
 /// process-wide and has no removal, so each endpoint is added once.
 static RPC: std::sync::Mutex<Vec<(String, Vec<String>)>> = std::sync::Mutex::new(Vec::new());
@@ -25,9 +40,8 @@ fn rpc_device_names() -> Vec<String> {
 /// Returns its devices' names.
 fn rpc_add(endpoint: &str) -> Result<Vec<String>> {
     use std::net::{TcpStream, ToSocketAddrs};
-    let bad = || {
-        Error::new(ErrorCode::InvalidArgument, format!("field `rpc_servers`: `{endpoint}` is not `host:port`"))
-    };
+    let bad =
+        || Error::new(ErrorCode::InvalidArgument, format!("field `rpc_servers`: `{endpoint}` is not `host:port`"));
     let (host, port) = endpoint.rsplit_once(':').ok_or_else(bad)?;
     if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
         return Err(bad());
@@ -35,12 +49,13 @@ fn rpc_add(endpoint: &str) -> Result<Vec<String>> {
     if let Some((_, d)) = RPC.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(e, _)| e == endpoint) {
         return Ok(d.clone());
     }
+    crate::init_backend();
     // SAFETY: a NUL-terminated literal.
     let reg = unsafe { ggml_backend_reg_by_name(c"RPC".as_ptr()) };
     if reg.is_null() {
         return Err(Error::new(
             ErrorCode::DeviceUnavailable,
-            "field `rpc_servers`: this llb was built without the RPC backend (build with LLB_RPC=1)",
+            "field `rpc_servers`: this llb was built without the RPC backend (LLB_RPC=0)",
         ));
     }
     let unreachable = |why: String| {
@@ -61,15 +76,76 @@ fn rpc_add(endpoint: &str) -> Result<Vec<String>> {
         }
         let add: unsafe extern "C" fn(*const c_char) -> ggml_backend_reg_t = std::mem::transmute(f);
         let c = std::ffi::CString::new(endpoint).map_err(|_| bad())?;
-        let server = add(c.as_ptr());
+        let mut err = [0 as c_char; 512];
+        let server = llb_guarded_rpc_add(add, c.as_ptr(), err.as_mut_ptr(), err.len());
         if server.is_null() {
-            return Err(unreachable("the RPC backend refused it".into()));
+            let why = text(err.as_ptr());
+            return Err(unreachable(if why.is_empty() { "the RPC backend refused it".into() } else { why }));
         }
         ggml_backend_register(server);
-        (0..ggml_backend_reg_dev_count(server)).map(|i| text(ggml_backend_dev_name(ggml_backend_reg_dev_get(server, i)))).collect::<Vec<_>>()
+        (0..ggml_backend_reg_dev_count(server))
+            .map(|i| text(ggml_backend_dev_name(ggml_backend_reg_dev_get(server, i))))
+            .collect::<Vec<_>>()
     };
     RPC.lock().unwrap_or_else(|e| e.into_inner()).push((endpoint.to_string(), names.clone()));
     Ok(names)
+}
+
+/// Set once an RPC exchange failed in this process (a server died or the connection broke).
+static RPC_LOST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a model loaded with `devices` would be freed on a possibly dead RPC server: llama.cpp
+/// frees RPC buffers in destructors, where ggml's abort on a lost connection cannot be turned
+/// into an error. Such models and contexts are leaked instead (docs/scaling.md).
+pub fn must_leak(uses_rpc: bool) -> bool {
+    uses_rpc && RPC_LOST.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Whether any of `devices` is an RPC server's.
+pub fn uses_rpc(devices: Option<&[String]>) -> bool {
+    let rpc = rpc_device_names();
+    devices.is_some_and(|d| d.iter().any(|n| rpc.contains(n)))
+}
+
+fn rpc_lost(why: String) -> Error {
+    RPC_LOST.store(true, std::sync::atomic::Ordering::SeqCst);
+    Error::new(ErrorCode::DeviceUnavailable, format!("an RPC server was lost: {why}"))
+}
+
+/// `llama_decode`, with a lost RPC server an error (`device_unavailable`) instead of an abort.
+pub fn decode(ctx: *mut sys::llama_context, batch: sys::llama_batch) -> Result<i32> {
+    let mut err = [0 as c_char; 512];
+    // SAFETY: the caller's live context and filled batch; err is writable for its length.
+    let rc = unsafe { llb_guarded_decode(ctx, batch, err.as_mut_ptr(), err.len()) };
+    if rc == i32::MIN {
+        return Err(rpc_lost(text(err.as_ptr())));
+    }
+    Ok(rc)
+}
+
+/// `llama_model_load_from_file`, guarded the same way (NULL on failure).
+///
+/// # Safety
+/// `path` is a NUL-terminated string and `params`' arrays live through the call.
+pub unsafe fn load_model(path: *const c_char, params: sys::llama_model_params) -> *mut sys::llama_model {
+    llb_guarded_model_load(path, params)
+}
+
+/// `llama_init_from_model`, guarded: Err(device_unavailable) when an RPC server is lost, Ok(NULL)
+/// when llama.cpp refuses the params.
+///
+/// # Safety
+/// `model` is a live model.
+pub unsafe fn init_context(
+    model: *mut sys::llama_model,
+    params: sys::llama_context_params,
+) -> Result<*mut sys::llama_context> {
+    let mut err = [0 as c_char; 512];
+    let ctx = llb_guarded_init_context(model, params, err.as_mut_ptr(), err.len());
+    if ctx.is_null() && err[0] != 0 {
+        return Err(rpc_lost(text(err.as_ptr())));
+    }
+    Ok(ctx)
 }
 
 /// `enum ggml_backend_dev_type`.
@@ -123,7 +199,10 @@ pub fn devices() -> Vec<Device> {
             .map(|i| {
                 let raw = ggml_backend_dev_get(i);
                 let (mut free, mut total) = (0usize, 0usize);
-                ggml_backend_dev_memory(raw, &mut free, &mut total);
+                // An RPC device asks its server, which may be gone: then 0 and 0.
+                if !llb_guarded_dev_memory(raw, &mut free, &mut total) {
+                    RPC_LOST.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
                 Device {
                     raw,
                     name: text(ggml_backend_dev_name(raw)),

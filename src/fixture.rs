@@ -138,7 +138,9 @@ fn layer_tensors(i: u64, s: &Shape, ty: TensorType) -> Vec<TensorSpec> {
 fn shape(size: Size, n_vocab: u64) -> Shape {
     match size {
         Size::Tiny => Shape { n_embd: 64, n_head: 4, n_head_kv: 2, n_ff: 128, n_layer: 2, embd_type: TensorType::Q8_0 },
-        Size::Small => Shape { n_embd: 128, n_head: 4, n_head_kv: 2, n_ff: 256, n_layer: 2, embd_type: TensorType::Q8_0 },
+        Size::Small => {
+            Shape { n_embd: 128, n_head: 4, n_head_kv: 2, n_ff: 256, n_layer: 2, embd_type: TensorType::Q8_0 }
+        }
         Size::AtLeast(bytes) => {
             let mut s =
                 Shape { n_embd: 2048, n_head: 16, n_head_kv: 8, n_ff: 5632, n_layer: 1, embd_type: TensorType::F16 };

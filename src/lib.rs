@@ -78,5 +78,6 @@ pub fn init_backend() {
         shim::set_logging(verbose);
         // SAFETY: called once per process, before any other llama.cpp use by llb.
         unsafe { sys::llama_backend_init() };
+        backend::register_builtin();
     });
 }

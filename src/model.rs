@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex, Weak};
 pub struct Model {
     raw: *mut sys::llama_model,
     pub path: PathBuf,
+    /// Some layers live on RPC servers.
+    pub uses_rpc: bool,
 }
 
 // SAFETY: a llama_model is immutable after loading and llama.cpp allows contexts on several
@@ -33,6 +35,9 @@ impl Model {
 
 impl Drop for Model {
     fn drop(&mut self) {
+        if crate::backend::must_leak(self.uses_rpc) {
+            return;
+        }
         // SAFETY: raw was loaded here and is freed once, after every context using it is gone
         // (each engine holds an Arc<Model> and frees its context first).
         unsafe { sys::llama_model_free(self.raw) }
@@ -85,7 +90,7 @@ pub fn acquire_with(path: &Path, params: &LoadParams) -> Result<Arc<Model>> {
         .map_err(|_| Error::new(ErrorCode::InvalidArgument, "path contains a NUL byte"))?;
     // SAFETY: params built for this call (their arrays live through it) and a valid path; a
     // NULL result is handled.
-    let raw = params.with_raw(|p| unsafe { sys::llama_model_load_from_file(c.as_ptr(), p) })?;
+    let raw = params.with_raw(|p| unsafe { crate::backend::load_model(c.as_ptr(), p) })?;
     if raw.is_null() {
         return Err(Error::new(
             ErrorCode::ModelLoadFailed,
@@ -98,7 +103,7 @@ pub fn acquire_with(path: &Path, params: &LoadParams) -> Result<Arc<Model>> {
             ),
         ));
     }
-    let m = Arc::new(Model { raw, path: path_key });
+    let m = Arc::new(Model { raw, path: path_key, uses_rpc: crate::backend::uses_rpc(params.devices.as_deref()) });
     models.retain(|_, w| w.strong_count() > 0);
     models.insert(key, Arc::downgrade(&m));
     Ok(m)

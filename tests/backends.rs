@@ -139,20 +139,25 @@ fn quantized_kv_caches_give_valid_tool_calls_in_less_memory() {
     assert_valid_call(&holder.infer(&required()));
     let mut grown = Vec::new();
     for t in ["f16", "q8_0", "q4_0"] {
-        let e = CEngine::open(&config(&path, json!({"type_k": t, "type_v": t})))
-            .unwrap_or_else(|f| panic!("{t}: {f}"));
+        let e = CEngine::open(&config(&path, json!({"type_k": t, "type_v": t}))).unwrap_or_else(|f| panic!("{t}: {f}"));
         assert_valid_call(&e.infer(&required()));
         drop(e);
         // A pool's n_ctx is a budget beyond one sequence's training context: a large KV cache,
         // which llama.cpp clears (touches) when it allocates it.
         let before = rss();
-        let p = CPool::open(&config(&path, json!({"type_k": t, "type_v": t, "n_ctx": 262144, "n_parallel": 2, "n_batch": 32})))
-            .unwrap_or_else(|f| panic!("{t}: {f}"));
+        let p = CPool::open(&config(
+            &path,
+            json!({"type_k": t, "type_v": t, "n_ctx": 262144, "n_parallel": 2, "n_batch": 32}),
+        ))
+        .unwrap_or_else(|f| panic!("{t}: {f}"));
         let after = rss();
         assert_valid_call(&p.infer(&required()));
         drop(p);
         grown.push(after.saturating_sub(before));
-        eprintln!("KV {t}: a 262144-token pool context added {:.1} MiB of RSS", grown.last().copied().unwrap() as f64 / 1048576.0);
+        eprintln!(
+            "KV {t}: a 262144-token pool context added {:.1} MiB of RSS",
+            grown.last().copied().unwrap() as f64 / 1048576.0
+        );
     }
     // 2 layers × 2 KV heads × 32 dims × (K + V): f16 128 MiB, q8_0 68 MiB, q4_0 36 MiB.
     let (f16, q8, q4) = (grown[0] as f64, grown[1] as f64, grown[2] as f64);
