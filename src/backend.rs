@@ -113,9 +113,12 @@ fn rpc_lost(why: String) -> Error {
 }
 
 /// `llama_decode`, with a lost RPC server an error (`device_unavailable`) instead of an abort.
-pub fn decode(ctx: *mut sys::llama_context, batch: sys::llama_batch) -> Result<i32> {
+///
+/// # Safety
+/// `ctx` is a live context and `batch` is filled within its capacity.
+pub unsafe fn decode(ctx: *mut sys::llama_context, batch: sys::llama_batch) -> Result<i32> {
     let mut err = [0 as c_char; 512];
-    // SAFETY: the caller's live context and filled batch; err is writable for its length.
+    // SAFETY: the caller's context and batch (see above); err is writable for its length.
     let rc = unsafe { llb_guarded_decode(ctx, batch, err.as_mut_ptr(), err.len()) };
     if rc == i32::MIN {
         return Err(rpc_lost(text(err.as_ptr())));

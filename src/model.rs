@@ -45,7 +45,8 @@ impl Drop for Model {
 }
 
 /// Keyed by the file and how it is loaded (GPU layers, devices, mmap: see `LoadParams::key`).
-static MODELS: Lazy<Mutex<HashMap<(PathBuf, String), Weak<Model>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+type Registry = HashMap<(PathBuf, String), Weak<Model>>;
+static MODELS: Lazy<Mutex<Registry>> = Lazy::new(|| Mutex::new(HashMap::new()));
 
 /// How many distinct models are loaded now (for tests and diagnostics).
 pub fn loaded_count() -> usize {

@@ -65,7 +65,7 @@ pub struct EngineConfig {
     pub use_mmap: Option<bool>,
     #[serde(default)]
     pub use_mlock: Option<bool>,
-    /// llama.cpp `rpc-server`s (`"host:port"`) to offload layers to; needs an `LLB_RPC=1` build.
+    /// llama.cpp `rpc-server`s (`"host:port"`) to offload layers to; in every build unless `LLB_RPC=0` (docs/scaling.md).
     #[serde(default)]
     pub rpc_servers: Option<Vec<String>>,
 }

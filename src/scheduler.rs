@@ -606,8 +606,8 @@ impl Worker {
         let t = Instant::now();
         // SAFETY: live context.
         unsafe { sys::llama_set_n_threads(self.ctx.0, permit.n as i32, permit.n as i32) };
-        // The batch was filled within its capacity.
-        let rc = crate::backend::decode(self.ctx.0, self.batch);
+        // SAFETY: live context; the batch was filled within its capacity.
+        let rc = unsafe { crate::backend::decode(self.ctx.0, self.batch) };
         drop(permit);
         let shared = self.shared.clone();
         let mut st = lock(&shared.state);

@@ -191,6 +191,8 @@ fn version_and_devices_report_the_compiled_backends() {
     let v = common::cabi::take(llb::ffi::llb_version());
     let backends: Vec<&str> = v["backends"].as_array().unwrap().iter().map(|b| b.as_str().unwrap()).collect();
     assert!(backends.contains(&"CPU"), "{v}");
+    // RPC is compiled in by default (LLB_RPC=0 leaves it out).
+    assert_eq!(backends.contains(&"RPC"), cfg!(llb_rpc), "{v}");
     let d = common::cabi::take(llb::ffi::llb_devices());
     assert_eq!(d["type"], "devices", "{d}");
     assert_eq!(d["devices"], v["devices"], "llb_version carries the same list");
@@ -223,4 +225,32 @@ fn model_info_estimates_weights_and_kv_memory() {
     // SAFETY: as above.
     let info = common::cabi::take(unsafe { llb::ffi::llb_model_info(c.as_ptr()) });
     assert_eq!(info["memory"]["weights_bytes"], 0, "{info}");
+}
+
+/// With a Vulkan build (scripts/vulkan-check.sh: LLB_VULKAN=1, lavapipe on a CPU-only machine),
+/// every layer offloaded to the Vulkan device gives the CPU's greedy tool call. Skips, saying
+/// so, when no Vulkan device exists; `LLB_REQUIRE_VULKAN=1` makes that a failure.
+#[test]
+fn vulkan_offload_matches_the_cpu() {
+    let _s = serial();
+    let devices = llb::backend::devices();
+    let Some(vk) = devices.iter().find(|d| d.name.starts_with("Vulkan")) else {
+        assert!(
+            std::env::var("LLB_REQUIRE_VULKAN").is_err(),
+            "LLB_REQUIRE_VULKAN is set and there is no Vulkan device"
+        );
+        eprintln!("skipped: no Vulkan device in this build (scripts/vulkan-check.sh builds one)");
+        return;
+    };
+    let path = small();
+    let strip = |r: Value| {
+        let mut m = r["choices"][0]["message"].clone();
+        assert_valid_call(&r);
+        m["tool_calls"].as_array_mut().unwrap().iter_mut().for_each(|c| c["id"] = Value::Null);
+        m
+    };
+    let cpu = strip(CEngine::open(&config(&path, json!({"n_gpu_layers": 0}))).unwrap().infer(&required()));
+    let gpu = CEngine::open(&config(&path, json!({"n_gpu_layers": -1, "devices": [vk.name]})))
+        .unwrap_or_else(|f| panic!("{}: {f}", vk.name));
+    assert_eq!(strip(gpu.infer(&required())), cpu, "{} ({}) differs from the CPU", vk.name, vk.description);
 }
