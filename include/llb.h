@@ -262,7 +262,8 @@ char *llb_pool_infer(llb_pool *pool, const char *request_json, llb_event_fn on_e
 
 /**
  * The pool's state: `{"type":"pool_stats","n_slots","n_parallel","n_ctx","running","queued",
- * "tokens_held":[per sequence]}`.
+ * "tokens_held":[per sequence],"lost":null}`; `lost` is the message of the error that made the
+ * pool unusable (an RPC server lost mid-request), null while it works.
  *
  * Ownership: the caller owns the returned string; release it with `llb_string_free`.
  *

@@ -424,7 +424,8 @@ pub unsafe extern "C" fn llb_pool_infer(
 }
 
 /// The pool's state: `{"type":"pool_stats","n_slots","n_parallel","n_ctx","running","queued",
-/// "tokens_held":[per sequence]}`.
+/// "tokens_held":[per sequence],"lost":null}`; `lost` is the message of the error that made the
+/// pool unusable (an RPC server lost mid-request), null while it works.
 ///
 /// Ownership: the caller owns the returned string; release it with `llb_string_free`.
 ///

@@ -44,8 +44,8 @@ impl Drop for Model {
     }
 }
 
-/// Keyed by the file and how it is loaded (GPU layers, devices, mmap: see `LoadParams::key`).
 type Registry = HashMap<(PathBuf, String), Weak<Model>>;
+/// Keyed by the file and how it is loaded (GPU layers, devices, mmap: see `LoadParams::key`).
 static MODELS: Lazy<Mutex<Registry>> = Lazy::new(|| Mutex::new(HashMap::new()));
 
 /// How many distinct models are loaded now (for tests and diagnostics).

@@ -126,6 +126,8 @@ struct State {
     next_id: u64,
     clock: u64,
     shutdown: bool,
+    /// Why the context is unusable (a lost RPC server), for stats.
+    lost: Option<String>,
 }
 
 struct Shared {
@@ -240,6 +242,7 @@ impl Scheduler {
             "running": st.jobs.iter().filter(|j| j.phase != Phase::Queued && !j.left).count(),
             "queued": st.jobs.iter().filter(|j| j.phase == Phase::Queued && !j.left).count(),
             "tokens_held": held,
+            "lost": st.lost,
         })
     }
 }
@@ -623,6 +626,7 @@ impl Worker {
                 Error::new(ErrorCode::Internal, format!("llama_decode failed (code {rc})")),
             ),
             Err(e) => {
+                st.lost = Some(e.message.clone());
                 self.lost = Some(e.clone());
                 self.fail(&mut st, &entries, e);
             }

@@ -124,6 +124,7 @@ fn a_model_split_over_two_rpc_servers_matches_the_local_run_and_survives_losing_
     }
     let t = Instant::now();
     let remote = message(&pool.infer(&tool_call(false)));
+    assert_eq!(pool.stats()["lost"], Value::Null);
     eprintln!("split run: {:.2} s", t.elapsed().as_secs_f64());
     assert_eq!(remote, local, "greedy output over RPC differs from the local run");
 
@@ -148,6 +149,8 @@ fn a_model_split_over_two_rpc_servers_matches_the_local_run_and_survives_losing_
     // The pool is unusable now and says so on every request, at once.
     let again = pool.infer(&tool_call(false));
     assert_eq!(again["code"], "device_unavailable", "{again}");
+    let stats = pool.stats();
+    assert_eq!(stats["lost"], r["message"], "{stats}");
     drop(pool);
     // The host is alive and serves local engines as before.
     assert_eq!(message(&CPool::open(&config(&path, json!({}))).unwrap().infer(&tool_call(false))), local);
