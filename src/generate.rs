@@ -188,7 +188,8 @@ impl Run<'_> {
             }
             if max_stop > 0 {
                 let from = before.saturating_sub(max_stop - 1);
-                let hit = plan.stops.iter().filter_map(|s| find(&out.bytes[from..], s.as_bytes()).map(|p| from + p)).min();
+                let hit =
+                    plan.stops.iter().filter_map(|s| find(&out.bytes[from..], s.as_bytes()).map(|p| from + p)).min();
                 if let Some(pos) = hit {
                     out.bytes.truncate(pos);
                     return Ok(Finish::Stop);
@@ -199,7 +200,9 @@ impl Run<'_> {
                 return Ok(f);
             }
             if out.gen_tokens.len().is_multiple_of(PROGRESS_EVERY)
-                && !(self.emit)(&json!({"type": "progress", "stage": "generate", "completion_tokens": out.gen_tokens.len()}))
+                && !(self.emit)(
+                    &json!({"type": "progress", "stage": "generate", "completion_tokens": out.gen_tokens.len()}),
+                )
             {
                 return Ok(Finish::Cancelled);
             }
