@@ -164,6 +164,9 @@ impl HostCallback {
 
 /// Opens an engine for the model in `config_json`:
 /// `{"model_path":"...","n_ctx":4096,"n_threads":null,"n_batch":512,"seed":null,"chat_template_kwargs":{}}`.
+/// `"deterministic_call_syntax": false` turns off greedy call wrappers (on by default: inside a
+/// tool call, markers, the function name, argument keys and punctuation are sampled greedily and
+/// argument values with the request's sampler); a request's own field of that name overrides it.
 ///
 /// Only tool-capable models load: when the model's chat template cannot describe tools and
 /// render tool calls (llama.cpp's caps probe, `tool_use` variant preferred), this emits

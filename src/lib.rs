@@ -3,6 +3,7 @@
 //! The C ABI lives in [`ffi`] (header: include/llb.h). Everything else is plain Rust that the
 //! ABI, the `llb` CLI and the tests share: JSON in → typed request → engine → shim → llama.cpp.
 
+pub mod call_syntax;
 pub mod constrain;
 pub mod engine;
 pub mod error;

@@ -42,6 +42,9 @@ pub struct EngineConfig {
     /// Pools: requests that may wait for a turn (default 16 per `n_parallel`).
     #[serde(default)]
     pub max_queue: Option<u32>,
+    /// Greedy call wrappers (docs/design.md, "Deterministic call syntax"); default true.
+    #[serde(default)]
+    pub deterministic_call_syntax: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -276,6 +279,9 @@ pub struct ChatRequest {
     /// Only 1 is supported.
     #[serde(default)]
     pub n: Option<u32>,
+    /// Greedy call wrappers for this request (default: the engine's config, true).
+    #[serde(default)]
+    pub deterministic_call_syntax: Option<bool>,
 }
 
 /// The resolved tool choice.

@@ -216,6 +216,25 @@ impl Sampler {
         Ok(self.cur[0].id)
     }
 
+    // --- deterministic call syntax (src/call_syntax.rs) ---
+    /// The most likely token the grammar admits (argmax over the grammar-constrained
+    /// candidates), leaving the chain's state (its random generator) untouched.
+    pub fn sample_greedy(&mut self, logits: &[f32]) -> Result<sys::llama_token> {
+        if logits.len() != self.n_vocab {
+            return Err(Error::new(ErrorCode::Internal, "a logits row of the wrong size"));
+        }
+        let best = |c: &[sys::llama_token_data]| c.iter().max_by(|a, b| a.logit.total_cmp(&b.logit)).map(|t| t.id);
+        self.fill(logits);
+        let id = best(&self.cur).ok_or_else(|| Error::new(ErrorCode::Internal, "empty candidates"))?;
+        if self.grammar_allows(id)? {
+            return Ok(id);
+        }
+        self.run(self.grammar)?;
+        self.cur.retain(|t| t.logit.is_finite());
+        best(&self.cur).ok_or_else(|| Error::new(ErrorCode::Internal, "the grammar admits no token"))
+    }
+    // --- end deterministic call syntax ---
+
     /// Whether the grammar (when there is one) admits `token` next.
     pub fn grammar_allows(&mut self, token: sys::llama_token) -> Result<bool> {
         if self.grammar.is_null() {
