@@ -51,6 +51,9 @@ impl Run<'_> {
     pub fn run(&self, req: &ChatRequest) -> Result<Value> {
         let t_start = Instant::now();
         let plan = self.prompter.plan(req)?;
+        // SAFETY: the vocab lives as long as the model. (Checked before any event is sent.)
+        let n_vocab = unsafe { sys::llama_vocab_n_tokens(self.prompter.vocab()) };
+        crate::sampler::check_logit_bias(&req.logit_bias()?, n_vocab)?;
         let prompt = self.prompter.prompt_tokens(req, &plan, self.book.find(req))?;
         let n_prompt = prompt.len();
         if n_prompt >= self.max_seq {
@@ -116,6 +119,9 @@ impl Run<'_> {
             top_p: req.top_p.unwrap_or(0.95),
             min_p: req.min_p.unwrap_or(0.05),
             seed: req.seed.or(self.default_seed).map(|s| s as u32).unwrap_or_else(random_seed),
+            frequency_penalty: req.frequency_penalty.unwrap_or(0.0),
+            presence_penalty: req.presence_penalty.unwrap_or(0.0),
+            logit_bias: req.logit_bias()?,
         };
         // SAFETY: the vocab lives as long as the model, which outlives the sampler.
         let mut smpl = unsafe { Sampler::new(self.prompter.vocab(), &sp, plan.grammar.as_ref()) }?;
@@ -187,6 +193,12 @@ impl Run<'_> {
             out.gen_tokens.push(tok);
             if let Some(t) = syntax.as_mut() {
                 t.feed(&String::from_utf8_lossy(&out.bytes[before..]));
+            }
+            // logprobs: from this step's raw logits row.
+            if let Some(top) = req.logprobs_top() {
+                let lp = crate::logprobs::of(&logits, tok, top);
+                let piece = |t| self.prompter.piece(t, plan.preserved.contains(&t));
+                out.emitted.push_logprob(response::logprob_entry(&lp, piece));
             }
             if max_stop > 0 {
                 let from = before.saturating_sub(max_stop - 1);
@@ -285,7 +297,7 @@ impl Run<'_> {
                 out.emitted.role_sent = true;
             }
             resp.stream_diffs(&mut out.emitted, &msg, &mut out.ids, true);
-            resp.send_delta(json!({}), Some(finish_reason));
+            resp.send_finish(&mut out.emitted, finish_reason);
             if req.stream_options.is_some_and(|o| o.include_usage) {
                 resp.send_usage(&usage);
             }
@@ -312,6 +324,7 @@ impl Run<'_> {
             "predicted_per_second": if predicted_ms > 0.0 { n as f64 * 1e3 / predicted_ms } else { 0.0 },
         });
         let mut v = resp.completion(&msg, &out.ids, finish_reason, usage, timings);
+        v["choices"][0]["logprobs"] = out.emitted.all_logprobs(req.logprobs_top().is_some());
         if !out.warnings.is_empty() {
             v["warnings"] = json!(out.warnings);
         }

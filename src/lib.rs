@@ -12,6 +12,7 @@ pub mod ffi;
 pub mod fixture;
 pub mod generate;
 pub mod gguf;
+pub mod logprobs;
 pub mod model;
 pub mod model_info;
 pub mod prompt;

@@ -74,8 +74,14 @@ impl Prompter {
         self.pieces.get_or_init(|| unsafe { PieceIndex::build(self.vocab()) }).spell(text)
     }
 
+    /// The template's kwargs: the engine's, then the request's `reasoning_effort` (thinking off
+    /// for none/minimal, on otherwise; also passed as `reasoning_effort`), then the request's own.
     pub fn kwargs(&self, req: &ChatRequest) -> Map<String, Value> {
         let mut kw = self.chat_template_kwargs.clone().unwrap_or_default();
+        if let Some(effort) = req.reasoning_effort {
+            kw.insert("enable_thinking".into(), json!(effort.thinking()));
+            kw.insert("reasoning_effort".into(), json!(effort.as_str()));
+        }
         if let Some(r) = &req.chat_template_kwargs {
             kw.extend(r.iter().map(|(k, v)| (k.clone(), v.clone())));
         }

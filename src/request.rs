@@ -69,23 +69,35 @@ impl Content {
     pub fn text(&self) -> String {
         match self {
             Content::Text(s) => s.clone(),
-            Content::Parts(p) => p.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join("\n"),
+            Content::Parts(p) => p.iter().filter_map(|p| p.text.as_deref()).collect::<Vec<_>>().join("\n"),
         }
     }
 }
 
+/// A content part. Image, audio and file parts are read so that `validate` can name them in
+/// its error (an untagged `Content` would only say the content matched no variant).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: PartKind,
-    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing)]
+    pub image_url: Option<Value>,
+    #[serde(default, skip_serializing)]
+    pub input_audio: Option<Value>,
+    #[serde(default, skip_serializing)]
+    pub file: Option<Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum PartKind {
     Text,
+    ImageUrl,
+    InputAudio,
+    File,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -233,6 +245,34 @@ pub enum ReasoningFormat {
     Auto,
 }
 
+/// OpenAI's `reasoning_effort`: mapped to the template's thinking switch (`enable_thinking`),
+/// and passed to the template as `reasoning_effort` (gpt-oss reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningEffort {
+    None,
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl ReasoningEffort {
+    pub fn thinking(self) -> bool {
+        !matches!(self, ReasoningEffort::None | ReasoningEffort::Minimal)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::None => "none",
+            ReasoningEffort::Minimal => "minimal",
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        }
+    }
+}
+
 /// An OpenAI chat-completions request.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -279,6 +319,37 @@ pub struct ChatRequest {
     /// Only 1 is supported.
     #[serde(default)]
     pub n: Option<u32>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f32>,
+    #[serde(default)]
+    pub presence_penalty: Option<f32>,
+    /// Token id (as a decimal string) → bias in [-100, 100].
+    #[serde(default)]
+    pub logit_bias: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    /// 0..=20 alternatives per token; needs `logprobs: true`.
+    #[serde(default)]
+    pub top_logprobs: Option<u32>,
+    #[serde(default)]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// Only `["text"]` is supported.
+    #[serde(default)]
+    pub modalities: Option<Vec<String>>,
+    /// Audio output: always an error (llb serves text models).
+    #[serde(default)]
+    pub audio: Option<Value>,
+    /// Accepted and ignored: nothing is stored, billed, routed or cached by key here.
+    #[serde(default)]
+    pub store: Option<Value>,
+    #[serde(default)]
+    pub metadata: Option<Value>,
+    #[serde(default)]
+    pub service_tier: Option<Value>,
+    #[serde(default)]
+    pub prompt_cache_key: Option<Value>,
+    #[serde(default)]
+    pub safety_identifier: Option<Value>,
     /// Greedy call wrappers for this request (default: the engine's config, true).
     #[serde(default)]
     pub deterministic_call_syntax: Option<bool>,
@@ -296,6 +367,7 @@ pub enum Choice {
 impl ChatRequest {
     /// Checks what serde cannot: cross-field rules and value ranges.
     pub fn validate(&self) -> Result<()> {
+        self.validate_openai_fields()?;
         if self.messages.is_empty() {
             bail!(InvalidArgument, "field `messages`: must hold at least one message");
         }
@@ -311,6 +383,9 @@ impl ChatRequest {
                     bail!(InvalidArgument, "field `messages[{i}].content`: required")
                 }
                 _ => {}
+            }
+            if let Some(Content::Parts(parts)) = &m.content {
+                check_parts(i, parts)?;
             }
             if m.tool_calls.is_some() && m.role != Role::Assistant {
                 bail!(InvalidArgument, "field `messages[{i}].tool_calls`: only assistant messages carry tool calls");
@@ -391,6 +466,60 @@ impl ChatRequest {
         Ok(())
     }
 
+    /// The sampling, logprobs and modality fields OpenAI's SDKs send.
+    fn validate_openai_fields(&self) -> Result<()> {
+        for (name, v) in [("frequency_penalty", self.frequency_penalty), ("presence_penalty", self.presence_penalty)] {
+            if v.is_some_and(|v| !(-2.0..=2.0).contains(&v)) {
+                bail!(InvalidArgument, "field `{name}`: must be between -2 and 2");
+            }
+        }
+        self.logit_bias()?;
+        if let Some(n) = self.top_logprobs {
+            if n > 20 {
+                bail!(InvalidArgument, "field `top_logprobs`: must be between 0 and 20");
+            }
+            if self.logprobs != Some(true) {
+                bail!(InvalidArgument, "field `top_logprobs`: needs `logprobs: true`");
+            }
+        }
+        for (i, m) in self.modalities.iter().flatten().enumerate() {
+            if m != "text" {
+                bail!(
+                    InvalidArgument,
+                    "field `modalities[{i}]`: only \"text\" is supported (llb serves text models), not {m:?}"
+                );
+            }
+        }
+        if self.audio.as_ref().is_some_and(|a| !a.is_null()) {
+            bail!(InvalidArgument, "field `audio`: audio output is not supported (llb serves text models)");
+        }
+        Ok(())
+    }
+
+    /// `logit_bias` as (token id, bias) pairs; a bias of -100 bans the token (OpenAI: "should
+    /// result in a ban"), so it becomes -infinity.
+    pub fn logit_bias(&self) -> Result<Vec<(i32, f32)>> {
+        let mut out = Vec::new();
+        for (k, v) in self.logit_bias.iter().flatten() {
+            let id: i32 = k.parse().ok().filter(|id| *id >= 0).ok_or_else(|| {
+                Error::new(ErrorCode::InvalidArgument, format!("field `logit_bias.{k}`: keys must be token ids"))
+            })?;
+            let bias = v.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
+                Error::new(
+                    ErrorCode::InvalidArgument,
+                    format!("field `logit_bias.{k}`: must be a number between -100 and 100"),
+                )
+            })?;
+            out.push((id, if bias <= -100.0 { f32::NEG_INFINITY } else { bias as f32 }));
+        }
+        Ok(out)
+    }
+
+    /// How many alternatives per token `logprobs` asks for (None: no logprobs).
+    pub fn logprobs_top(&self) -> Option<usize> {
+        (self.logprobs == Some(true)).then(|| self.top_logprobs.unwrap_or(0) as usize)
+    }
+
     pub fn choice(&self) -> Choice {
         match &self.tool_choice {
             None if self.tools.as_ref().is_some_and(|t| !t.is_empty()) => Choice::Auto,
@@ -427,4 +556,22 @@ impl ChatRequest {
             ),
         }
     }
+}
+
+/// Text parts only: an image, audio or file part is an error naming it.
+fn check_parts(i: usize, parts: &[ContentPart]) -> Result<()> {
+    for (j, p) in parts.iter().enumerate() {
+        let kind = match p.kind {
+            PartKind::Text if p.text.is_some() => continue,
+            PartKind::Text => bail!(InvalidArgument, "field `messages[{i}].content[{j}].text`: required on text parts"),
+            PartKind::ImageUrl => "image_url",
+            PartKind::InputAudio => "input_audio",
+            PartKind::File => "file",
+        };
+        bail!(
+            InvalidArgument,
+            "field `messages[{i}].content[{j}]`: content parts of type `{kind}` are not supported: llb serves text models (text parts only)"
+        );
+    }
+    Ok(())
 }

@@ -82,6 +82,48 @@ pub struct Emitted {
     reasoning: String,
     /// (id, name, arguments) per tool call index, for calls whose header was sent.
     calls: Vec<(String, String, String)>,
+    /// With `logprobs`: one entry per generated token, and how many chunks carried already.
+    logprobs: Option<Vec<Value>>,
+    logprobs_sent: usize,
+}
+
+impl Emitted {
+    /// Records one generated token's logprobs entry (`logprobs: true` requests).
+    pub fn push_logprob(&mut self, entry: Value) {
+        self.logprobs.get_or_insert_with(Vec::new).push(entry);
+    }
+
+    /// A chunk's `logprobs`: the entries not sent yet (null when none).
+    fn pending_logprobs(&mut self) -> Value {
+        let all = self.logprobs.as_deref().unwrap_or(&[]);
+        if all.len() == self.logprobs_sent {
+            return Value::Null;
+        }
+        let new = all[self.logprobs_sent..].to_vec();
+        self.logprobs_sent = all.len();
+        json!({"content": new, "refusal": Value::Null})
+    }
+
+    /// The completion's `logprobs`: every entry (null unless the request asked for them).
+    pub fn all_logprobs(&self, requested: bool) -> Value {
+        if !requested {
+            return Value::Null;
+        }
+        json!({"content": self.logprobs.clone().unwrap_or_default(), "refusal": Value::Null})
+    }
+}
+
+/// OpenAI's logprobs entry of a token; `piece` gives a token's bytes. -infinity (a banned
+/// token) is reported as -9999, as OpenAI does.
+pub fn logprob_entry(lp: &crate::logprobs::TokenLogprob, piece: impl Fn(i32) -> Vec<u8>) -> Value {
+    let one = |token: i32, logprob: f32| {
+        let bytes = piece(token);
+        let logprob = if logprob.is_finite() { logprob } else { -9999.0 };
+        json!({"token": String::from_utf8_lossy(&bytes), "logprob": logprob, "bytes": bytes})
+    };
+    let mut e = one(lp.token, lp.logprob);
+    e["top_logprobs"] = lp.top.iter().map(|&(t, l)| one(t, l)).collect();
+    e
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -101,10 +143,26 @@ pub struct Responder<'a> {
 
 impl Responder<'_> {
     pub fn send_delta(&self, delta: Value, finish: Option<&str>) -> bool {
+        self.send_chunk(delta, finish, Value::Null)
+    }
+
+    fn send_chunk(&self, delta: Value, finish: Option<&str>, logprobs: Value) -> bool {
         (self.emit)(&json!({"type": "chunk", "data": {
             "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": Value::Null}],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}],
         }}))
+    }
+
+    /// A delta carrying the logprobs of the tokens generated since the last chunk.
+    fn send_with_logprobs(&self, em: &mut Emitted, delta: Value) -> bool {
+        let lp = em.pending_logprobs();
+        self.send_chunk(delta, None, lp)
+    }
+
+    /// The chunk with the finish reason (and the logprobs of any tokens not sent yet).
+    pub fn send_finish(&self, em: &mut Emitted, finish: &str) -> bool {
+        let lp = em.pending_logprobs();
+        self.send_chunk(json!({}), Some(finish), lp)
     }
 
     /// Sends what `msg` adds to what was already sent. A field that stopped extending what was
@@ -112,11 +170,11 @@ impl Responder<'_> {
     pub fn stream_diffs(&self, em: &mut Emitted, msg: &ParsedMsg, ids: &mut Vec<String>, last: bool) -> bool {
         let mut ok = true;
         if let Some(d) = msg.reasoning_content.strip_prefix(em.reasoning.as_str()).filter(|d| !d.is_empty()) {
-            ok &= self.send_delta(json!({"reasoning_content": d}), None);
+            ok &= self.send_with_logprobs(em, json!({"reasoning_content": d}));
             em.reasoning.push_str(d);
         }
         if let Some(d) = msg.content.strip_prefix(em.content.as_str()).filter(|d| !d.is_empty()) {
-            ok &= self.send_delta(json!({"content": d}), None);
+            ok &= self.send_with_logprobs(em, json!({"content": d}));
             em.content.push_str(d);
         }
         for (i, c) in msg.tool_calls.iter().enumerate() {
@@ -129,20 +187,16 @@ impl Responder<'_> {
                 if ids.len() <= i {
                     ids.push(random_id("call_", 24));
                 }
-                ok &= self.send_delta(
+                ok &= self.send_with_logprobs(
+                    em,
                     json!({"tool_calls": [{
                     "index": i, "id": ids[i], "type": "function", "function": {"name": c.name, "arguments": ""}}]}),
-                    None,
                 );
                 em.calls.push((ids[i].clone(), c.name.clone(), String::new()));
             }
-            let sent = &mut em.calls[i].2;
-            if let Some(d) = c.arguments.strip_prefix(sent.as_str()).filter(|d| !d.is_empty()) {
-                ok &= self.send_delta(
-                    json!({"tool_calls": [{"index": i, "function": {"arguments": d}}]}),
-                    None,
-                );
-                sent.push_str(d);
+            if let Some(d) = c.arguments.strip_prefix(em.calls[i].2.as_str()).filter(|d| !d.is_empty()) {
+                ok &= self.send_with_logprobs(em, json!({"tool_calls": [{"index": i, "function": {"arguments": d}}]}));
+                em.calls[i].2.push_str(d);
             }
         }
         ok

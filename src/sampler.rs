@@ -17,11 +17,78 @@ pub struct SamplingParams {
     pub top_p: f32,
     pub min_p: f32,
     pub seed: u32,
+    /// OpenAI's penalties: llama.cpp's penalties sampler over the last `PENALTY_LAST_N` tokens.
+    pub frequency_penalty: f32,
+    pub presence_penalty: f32,
+    /// (token id, bias) added to the logits; -infinity bans.
+    pub logit_bias: Vec<(i32, f32)>,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 0 }
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            seed: 0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            logit_bias: Vec::new(),
+        }
+    }
+}
+
+/// A `logit_bias` id outside the vocabulary is the request's error.
+pub fn check_logit_bias(bias: &[(i32, f32)], n_vocab: i32) -> Result<()> {
+    match bias.iter().find(|(id, _)| *id >= n_vocab) {
+        Some((id, _)) => Err(Error::new(
+            ErrorCode::InvalidArgument,
+            format!("field `logit_bias.{id}`: not a token of this model's vocabulary ({n_vocab} tokens)"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// How many of the latest tokens the penalties count (llama-server's default).
+pub const PENALTY_LAST_N: i32 = 64;
+
+impl SamplingParams {
+    fn penalized(&self) -> bool {
+        self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
+    }
+
+    /// Whether the chain changes logits before choosing (then any token may win: see `needed`).
+    fn adjusts_logits(&self) -> bool {
+        self.penalized() || !self.logit_bias.is_empty()
+    }
+
+    /// Adds logit_bias and the penalties to the front of `chain`, as llama.cpp's common_sampler
+    /// orders them. Fails for a token id outside the vocabulary.
+    ///
+    /// # Safety
+    /// `chain` must be a live sampler chain.
+    unsafe fn add_adjustments(&self, chain: *mut sys::llama_sampler, n_vocab: i32) -> Result<()> {
+        check_logit_bias(&self.logit_bias, n_vocab)?;
+        let bias: Vec<sys::llama_logit_bias> =
+            self.logit_bias.iter().map(|&(token, bias)| sys::llama_logit_bias { token, bias }).collect();
+        // SAFETY: the chain is live; logit_bias copies the array.
+        unsafe {
+            if !bias.is_empty() {
+                let b = sys::llama_sampler_init_logit_bias(n_vocab, bias.len() as i32, bias.as_ptr());
+                sys::llama_sampler_chain_add(chain, b);
+            }
+            if self.penalized() {
+                let pen = sys::llama_sampler_init_penalties(
+                    PENALTY_LAST_N,
+                    1.0,
+                    self.frequency_penalty,
+                    self.presence_penalty,
+                );
+                sys::llama_sampler_chain_add(chain, pen);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -72,6 +139,10 @@ impl Sampler {
         // SAFETY: plain constructors; the chain owns what is added to it.
         let chain = unsafe {
             let chain = sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params());
+            if let Err(e) = p.add_adjustments(chain, sys::llama_vocab_n_tokens(vocab)) {
+                sys::llama_sampler_free(chain);
+                return Err(e);
+            }
             if p.temperature <= 0.0 {
                 sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_greedy());
             } else {
@@ -91,7 +162,9 @@ impl Sampler {
         };
         // SAFETY: vocab is valid per the contract.
         let n_vocab = unsafe { sys::llama_vocab_n_tokens(vocab) } as usize;
-        let needed = if p.temperature <= 0.0 {
+        let needed = if p.adjusts_logits() {
+            usize::MAX // a bias or a negative penalty may lift any token to the top
+        } else if p.temperature <= 0.0 {
             1
         } else if p.top_k > 0 {
             p.top_k as usize

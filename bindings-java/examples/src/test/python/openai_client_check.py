@@ -1,8 +1,10 @@
 """Drives the llb example server with the official `openai` Python client.
 
-    python openai_client_check.py BASE_URL tools|refused
+    python openai_client_check.py BASE_URL tools|fields|refused
 
-`tools`: the server has a tool-capable model; `refused`: llb refused the server's model.
+`tools`: the server has a tool-capable model; `fields`: the same, with the request fields SDKs
+send (penalties, logit_bias, logprobs, reasoning_effort, ignored ones, refused ones);
+`refused`: llb refused the server's model.
 Prints `PASS <check>` per check (the JUnit test compares the set) and exits non-zero at the
 first failure. Every tool call is read through the client's own parsing: its pydantic models for
 plain responses, its stream accumulator (`chat.completions.stream`) for streamed ones.
@@ -138,6 +140,69 @@ def tools_checks(client):
     passed("error_unknown_field_streamed")
 
 
+# Fields OpenAI's SDK sends that llb implements (penalties, logit_bias, logprobs, reasoning_effort)
+# or accepts and ignores (store, metadata, ...), set through the client's own keyword arguments.
+FIELDS = dict(frequency_penalty=0.5, presence_penalty=0.3, logit_bias={"0": 2}, logprobs=True, top_logprobs=3,
+              reasoning_effort="low", store=False, metadata={"check": "fields"}, service_tier="auto",
+              prompt_cache_key="conv-1", safety_identifier="user-hash", user="u1", modalities=["text"])
+
+
+def check_logprobs(logprobs, at_most):
+    """The client's parsed ChatCompletionTokenLogprob entries: 1..at_most, each sane."""
+    assert logprobs is not None and logprobs.content, logprobs
+    assert len(logprobs.content) <= at_most, (len(logprobs.content), at_most)
+    for entry in logprobs.content:
+        assert entry.logprob <= 0 and isinstance(entry.token, str) and entry.bytes is not None, entry
+        tops = [t.logprob for t in entry.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True) and all(t <= 0 for t in tops), entry
+        assert entry.logprob <= tops[0] + 1e-6, entry
+
+
+def fields_checks(client):
+    for label, choice, name in (("auto", "auto", None), ("required", "required", None),
+                                ("named", NAMED, "get_weather")):
+        completion = client.chat.completions.create(**request(choice), **FIELDS)
+        choice0 = completion.choices[0]
+        if choice0.finish_reason == "tool_calls" or name:
+            check_completion(completion, name)
+        else:
+            assert choice0.finish_reason in ("stop", "length") and choice0.message.content is not None, completion
+        check_logprobs(choice0.logprobs, completion.usage.completion_tokens)
+        passed("fields_create_" + label)
+
+        with client.chat.completions.stream(**request(choice), **FIELDS, stream_options={"include_usage": True}) as stream:
+            try:
+                final = stream.get_final_completion()
+            except openai.LengthFinishReasonError as e:  # auto: text may run into max_tokens
+                assert not name and choice != "required", e
+                final = e.completion
+        if name or choice == "required":
+            check_completion(final, name)
+        check_logprobs(final.choices[0].logprobs, final.usage.completion_tokens)
+        passed("fields_stream_" + label)
+
+    chunks = list(client.chat.completions.create(**request("required"), **FIELDS, stream=True))
+    entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content or []]
+    assert entries and all(e.logprob <= 0 for e in entries), chunks
+    passed("fields_stream_raw_logprobs")
+
+    for label, kwargs, param in (
+            ("image_part", dict(messages=[{"role": "user", "content": [
+                {"type": "text", "text": "What is in this image?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]),
+             "messages[0].content[1]"),
+            ("audio_modality", dict(modalities=["text", "audio"]), "modalities[1]"),
+            ("n_2", dict(n=2), "n"),
+            ("top_logprobs_21", dict(logprobs=True, top_logprobs=21), "top_logprobs")):
+        args = {**request("auto"), **kwargs}
+        try:
+            client.chat.completions.create(**args)
+            raise AssertionError(label + " was accepted")
+        except openai.BadRequestError as e:
+            assert e.status_code == 400 and e.code == "invalid_argument" and e.param == param, e
+        passed("error_" + label)
+
+
 def refused_checks(client):
     assert client.models.list().data == [], "a refused model is not listed"
     passed("models_empty")
@@ -156,7 +221,7 @@ def refused_checks(client):
 def main():
     base_url, mode = sys.argv[1], sys.argv[2]
     client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
-    {"tools": tools_checks, "refused": refused_checks}[mode](client)
+    {"tools": tools_checks, "fields": fields_checks, "refused": refused_checks}[mode](client)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,9 @@ public final class ChatPool implements AutoCloseable {
      * ({@code 16 × parallel}). {@code config}'s context size is the KV budget all requests share
      * (llb's default: 4096 tokens per parallel request).
      *
+     * @param config the model and engine settings
+     * @param parallel requests that decode at once ({@code n_parallel}, 1 to 128)
+     * @return the open pool
      * @throws ToolsUnsupportedException when llb refuses the model (no tool calling)
      * @throws LlbException for any other failure ({@code invalid_argument}, {@code file_not_found}, ...)
      */
@@ -70,7 +73,14 @@ public final class ChatPool implements AutoCloseable {
         return open(config, parallel, null);
     }
 
-    /** {@link #open(ChatConfig, int)} with at most {@code maxQueue} requests waiting for a turn. */
+    /**
+     * {@link #open(ChatConfig, int)} with at most {@code maxQueue} requests waiting for a turn.
+     *
+     * @param config the model and engine settings
+     * @param parallel requests that decode at once ({@code n_parallel})
+     * @param maxQueue requests that may wait for a turn ({@code max_queue}); null: llb's default
+     * @return the open pool
+     */
     public static ChatPool open(ChatConfig config, int parallel, Integer maxQueue) {
         Objects.requireNonNull(config, "config");
         ObjectNode json = (ObjectNode) Json.parse(config.toJson());
@@ -90,6 +100,8 @@ public final class ChatPool implements AutoCloseable {
     /**
      * Runs one OpenAI chat completion and returns the {@code chat.completion} JSON.
      *
+     * @param requestJson an OpenAI chat-completions request
+     * @return the {@code chat.completion} JSON
      * @throws LlbException with llb's code: {@code invalid_json}, {@code invalid_argument},
      *     {@code context_overflow}, {@code queue_full}, ...
      * @throws IllegalStateException after {@link #close()}
@@ -98,7 +110,13 @@ public final class ChatPool implements AutoCloseable {
         return call(requestJson, null, null);
     }
 
-    /** {@link #infer(String)}, cancellable from another thread with {@code cancel}. */
+    /**
+     * {@link #infer(String)}, cancellable from another thread with {@code cancel}.
+     *
+     * @param requestJson an OpenAI chat-completions request
+     * @param cancel cancels this request only
+     * @return the {@code chat.completion} JSON ({@code finish_reason "cancelled"} when cancelled)
+     */
     public String infer(String requestJson, CancellationToken cancel) {
         return call(requestJson, null, Objects.requireNonNull(cancel, "cancel"));
     }
@@ -107,13 +125,24 @@ public final class ChatPool implements AutoCloseable {
      * Runs one chat completion with {@code "stream":true} (added when missing), handing each
      * {@code chat.completion.chunk} JSON to {@code onChunk} on this thread. Returns the final
      * {@code chat.completion} JSON.
+     *
+     * @param requestJson an OpenAI chat-completions request
+     * @param onChunk receives each {@code chat.completion.chunk} JSON
+     * @return the final {@code chat.completion} JSON
      */
     public String stream(String requestJson, Consumer<String> onChunk) {
         return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
                 Objects.requireNonNull(onChunk, "onChunk"), null);
     }
 
-    /** {@link #stream(String, Consumer)}, cancellable with {@code cancel}. */
+    /**
+     * {@link #stream(String, Consumer)}, cancellable with {@code cancel}.
+     *
+     * @param requestJson an OpenAI chat-completions request
+     * @param onChunk receives each {@code chat.completion.chunk} JSON
+     * @param cancel cancels this request only
+     * @return the final {@code chat.completion} JSON
+     */
     public String stream(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
         return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
                 Objects.requireNonNull(onChunk, "onChunk"), Objects.requireNonNull(cancel, "cancel"));
@@ -122,6 +151,8 @@ public final class ChatPool implements AutoCloseable {
     /**
      * The pool's state as llb reports it: {@code {"type":"pool_stats","n_slots","n_parallel",
      * "n_ctx","running","queued","tokens_held":[...]}}.
+     *
+     * @return the {@code pool_stats} JSON
      */
     public String stats() {
         enter(null);
@@ -210,7 +241,11 @@ public final class ChatPool implements AutoCloseable {
         }
     }
 
-    /** Whether {@link #close()} has been called. */
+    /**
+     * Whether {@link #close()} has been called.
+     *
+     * @return true once closed
+     */
     public boolean isClosed() {
         synchronized (lock) {
             return closed;

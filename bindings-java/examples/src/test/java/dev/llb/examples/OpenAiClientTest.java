@@ -14,7 +14,9 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * The example server, started by {@code run-example-server}, driven by the official {@code openai}
  * Python package (openai_client_check.py): tool calls with {@code tool_choice} required and named,
- * plain and streamed, read through the client's own parsing; errors as the client's exceptions.
+ * plain and streamed, read through the client's own parsing; errors as the client's exceptions; the
+ * request fields the client sends (penalties, logit_bias, logprobs, reasoning_effort, ignored and
+ * refused ones) with tool_choice auto, required and named.
  */
 class OpenAiClientTest {
     @TempDir
@@ -33,6 +35,17 @@ class OpenAiClientTest {
             assertEquals(Set.of("models", "create_required", "create_named", "tool_loop", "stream_required",
                     "stream_named", "create_stream_raw", "error_invalid_argument", "error_unknown_field_streamed"),
                     runClient(server, "tools"));
+        }
+    }
+
+    @Test
+    void theOpenAiClientsRequestFieldsWorkOrAreRefusedByName() throws Exception {
+        Path model = Processes.fixture(dir, "tools.gguf", "Qwen-Qwen2.5-7B-Instruct");
+        try (ServerProcess server = ServerProcess.start(model, dir)) {
+            assertEquals(Set.of("fields_create_auto", "fields_stream_auto", "fields_create_required",
+                    "fields_stream_required", "fields_create_named", "fields_stream_named", "fields_stream_raw_logprobs",
+                    "error_image_part", "error_audio_modality", "error_n_2", "error_top_logprobs_21"),
+                    runClient(server, "fields"));
         }
     }
 
