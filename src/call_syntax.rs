@@ -37,8 +37,15 @@ pub enum Position {
 }
 
 /// Markers that open a call section, as they appear in grammars of the pinned templates.
-const KNOWN_MARKERS: [&str; 7] =
-    ["<tool_call>", "[TOOL_CALLS]", "<|tool_call>", "to=functions", "<function=", "<|python_tag|>", "<tool▁calls▁begin>"];
+const KNOWN_MARKERS: [&str; 7] = [
+    "<tool_call>",
+    "[TOOL_CALLS]",
+    "<|tool_call>",
+    "to=functions",
+    "<function=",
+    "<|python_tag|>",
+    "<tool▁calls▁begin>",
+];
 const GEMMA_QUOTE: &str = "<|\"|>";
 const PARAM_OPEN: &str = "<parameter=";
 const PARAM_CLOSE: &str = "</parameter>";
@@ -73,8 +80,25 @@ impl CallSyntax {
         Some(CallSyntax { format, markers })
     }
 
+    /// Under a strict grammar the reply is the call section, after a reasoning block when one
+    /// may open it: the span starts with the output (its marker's tokens are forced text that a
+    /// sampler would only tokenize differently per seed), or after the reasoning's end tag.
+    pub fn strict_section(mut self, reasoning_end: &str, may_reason: bool) -> CallSyntax {
+        if may_reason {
+            self.markers.push(reasoning_end.to_string());
+        } else {
+            self.markers.clear();
+        }
+        self
+    }
+
     pub fn tracker(&self) -> Tracker {
-        Tracker { syntax: self.clone(), span: self.markers.is_empty().then_some(0), text: String::new(), lex: Lexer::default() }
+        Tracker {
+            syntax: self.clone(),
+            span: self.markers.is_empty().then_some(0),
+            text: String::new(),
+            lex: Lexer::default(),
+        }
     }
 }
 
@@ -310,7 +334,9 @@ impl Lexer {
             _ if self.value_ctx() => Role::Value,
             None if format == Format::JsonEnvelope || c == '[' => Role::Envelope,
             None => Role::Args,
-            Some(f) if f.role == Role::Envelope && f.args_key && f.phase == Some(Phase::Value) && c == '{' => Role::Args,
+            Some(f) if f.role == Role::Envelope && f.args_key && f.phase == Some(Phase::Value) && c == '{' => {
+                Role::Args
+            }
             Some(_) => Role::Envelope,
         };
         let phase = (c == '{').then_some(Phase::Key);
@@ -352,7 +378,9 @@ impl Lexer {
 
     /// A value starting (or going on) here is an argument value.
     fn value_ctx(&self) -> bool {
-        self.stack.last().is_some_and(|f| f.role == Role::Value || (f.role == Role::Args && f.phase == Some(Phase::Value)))
+        self.stack
+            .last()
+            .is_some_and(|f| f.role == Role::Value || (f.role == Role::Args && f.phase == Some(Phase::Value)))
     }
 }
 
@@ -409,8 +437,27 @@ mod tests {
     #[test]
     fn token_pieces_spanning_boundaries_are_judged_by_the_state_before_them() {
         let s = syntax(Format::JsonEnvelope, &["<tool_call>"]);
-        let pieces = ["<tool_call>", "\n{\"", "name", "\":", " \"", "get", "_weather", "\",", " \"", "arguments",
-            "\":", " {\"", "city", "\":", " \"", "Par", "is", "\"}}", "\n</tool_call>"];
+        let pieces = [
+            "<tool_call>",
+            "\n{\"",
+            "name",
+            "\":",
+            " \"",
+            "get",
+            "_weather",
+            "\",",
+            " \"",
+            "arguments",
+            "\":",
+            " {\"",
+            "city",
+            "\":",
+            " \"",
+            "Par",
+            "is",
+            "\"}}",
+            "\n</tool_call>",
+        ];
         let (v, free) = runs(&s, &pieces);
         // The piece that closes the value is the value's: it could have gone on.
         assert_eq!(v, [" \"Paris\"}}"]);

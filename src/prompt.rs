@@ -217,7 +217,12 @@ impl Prompter {
                 .filter(|t| t.kind == crate::shim::TRIGGER_WORD)
                 .map(|t| t.value.clone())
                 .collect();
-            CallSyntax::from_grammar(&g.gbnf, &words)
+            let s = CallSyntax::from_grammar(&g.gbnf, &words)?;
+            Some(if strict {
+                s.strict_section(&params.thinking_end_tag, self.may_reason(&params, thinking))
+            } else {
+                s
+            })
         });
         Ok(Plan {
             prompt,
@@ -231,6 +236,12 @@ impl Prompter {
             strict,
             call_syntax,
         })
+    }
+
+    /// Whether a strict reply may open with a reasoning block (see [`strict_grammar`]).
+    fn may_reason(&self, p: &ChatParams, thinking: bool) -> bool {
+        let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
+        !start.is_empty() && !end.is_empty() && ((thinking && p.supports_thinking) || p.prompt.contains(start))
     }
 
     /// The grammar llama.cpp derived (lazy with triggers, or non-lazy starting with the generation
@@ -547,5 +558,4 @@ mod tests {
         assert!(id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
         assert_eq!(d[2].tool_call_id.as_deref(), Some(id.as_str()));
     }
-
 }
