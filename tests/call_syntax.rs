@@ -197,19 +197,22 @@ struct Tally {
     broken: Vec<String>,
 }
 
-/// `n` seeded `auto` requests at temperature 1.0: calls started, parsed, distinct arguments.
+/// `n` seeded `auto` requests at temperature 1.0, one call at most (`parallel_tool_calls:
+/// false`: SmolLM2 otherwise repeats calls until `max_tokens` cuts one): calls started (a
+/// parsed call, or `<tool_call>` followed by `{` left in the text), parsed, distinct arguments.
 fn real_weights_tally(e: &CEngine, n: u64, syntax: bool) -> Tally {
     let mut t = Tally::default();
     for seed in 0..n {
         let r = e.infer(
             &json!({"messages": [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}],
-            "tools": llb::fixture::sample_tools(), "tool_choice": "auto", "temperature": 1.0, "seed": seed,
-            "max_tokens": 96, "deterministic_call_syntax": syntax}),
+            "tools": llb::fixture::sample_tools(), "tool_choice": "auto", "parallel_tool_calls": false,
+            "temperature": 1.0, "seed": seed, "max_tokens": 160, "deterministic_call_syntax": syntax}),
         );
         let c = &r["choices"][0];
         let calls = c["message"]["tool_calls"].as_array().cloned().unwrap_or_default();
         let raw = c["message"]["content"].as_str().unwrap_or("");
-        if calls.is_empty() && !raw.contains("<tool_call>") {
+        let opened = raw.match_indices("<tool_call>").any(|(i, m)| raw[i + m.len()..].trim_start().starts_with('{'));
+        if calls.is_empty() && !opened {
             continue;
         }
         t.started += 1;
@@ -234,7 +237,8 @@ fn real_weights_tally(e: &CEngine, n: u64, syntax: bool) -> Tally {
 /// Real weights in `auto` mode: every call that starts parses, and argument values still vary
 /// with the seed. Runs only with `LLB_SMOLLM2` set (CI does not fetch SmolLM2):
 /// `scripts/call-syntax-check.sh [N]` runs N (default 200) seeds per setting and prints the
-/// figures in docs/tool-calls.md; `LLB_CALL_SYNTAX_N` (default 12) otherwise.
+/// figures in docs/tool-calls.md; `LLB_CALL_SYNTAX_N` (default 12) otherwise. SmolLM2 calls in
+/// about 4 % of these replies: only a large N says much.
 #[test]
 fn real_weights_auto_calls_parse_and_values_vary() {
     let path = match smollm2() {
