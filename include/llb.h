@@ -129,6 +129,9 @@ void llb_string_free(char *s);
 /**
  * Opens an engine for the model in `config_json`:
  * `{"model_path":"...","n_ctx":4096,"n_threads":null,"n_batch":512,"seed":null,"chat_template_kwargs":{}}`.
+ * `"deterministic_call_syntax": false` turns off greedy call wrappers (on by default: inside a
+ * tool call, markers, the function name, argument keys and punctuation are sampled greedily and
+ * argument values with the request's sampler); a request's own field of that name overrides it.
  *
  * Devices and memory (all optional; docs/scaling.md): `n_gpu_layers` (default: every layer
  * when a GPU device exists, else 0; -1 = all), `main_gpu`, `split_mode` (`none`|`layer`|`row`),

@@ -83,6 +83,7 @@ struct Chat {
     book: ReplyBook,
     model_name: String,
     seed: Option<u64>,
+    deterministic_call_syntax: bool,
     /// The most tokens one sequence may hold.
     max_seq: usize,
 }
@@ -158,6 +159,7 @@ impl Chat {
             book: ReplyBook::new(n_slots * 2),
             model_name: path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
             seed: config.seed,
+            deterministic_call_syntax: config.deterministic_call_syntax.unwrap_or(true),
             max_seq: max_seq as usize,
         })
     }
@@ -171,6 +173,7 @@ impl Chat {
             book: &self.book,
             model_name: &self.model_name,
             default_seed: self.seed,
+            deterministic_call_syntax: self.deterministic_call_syntax,
             max_seq: self.max_seq,
             emit,
         };

@@ -2,6 +2,7 @@
 //! (sharing any prefix it holds) → sample each token from this request's logits (its own sampler
 //! and grammar) → stop strings, streaming deltas, progress and cancellation → parse → response.
 
+use crate::call_syntax::{Position, Tracker};
 use crate::error::{Error, ErrorCode, Result};
 use crate::prompt::{debug_enabled, Plan, Prompter};
 use crate::request::ChatRequest;
@@ -25,6 +26,8 @@ pub struct Run<'a> {
     pub book: &'a ReplyBook,
     pub model_name: &'a str,
     pub default_seed: Option<u64>,
+    /// The config's default for greedy call wrappers (src/call_syntax.rs).
+    pub deterministic_call_syntax: bool,
     /// The most tokens one sequence may hold (prompt and reply).
     pub max_seq: usize,
     pub emit: &'a dyn Fn(&Value) -> bool,
@@ -153,6 +156,7 @@ impl Run<'_> {
         let vocab = self.prompter.vocab();
         let end_of_turn = end_of_turn(vocab);
         let stream = req.stream.unwrap_or(false);
+        let mut syntax = self.call_syntax_tracker(req, plan);
         loop {
             if out.gen_tokens.len() >= max_new || n_prompt + out.gen_tokens.len() >= self.max_seq {
                 return Ok(Finish::Length);
@@ -167,7 +171,14 @@ impl Run<'_> {
                     .parser
                     .parse(&String::from_utf8_lossy(&out.bytes), true)
                     .is_ok_and(|m| !m.tool_calls.is_empty());
-            let tok = if force_end { end_of_turn } else { smpl.sample(&logits)? };
+            let greedy = syntax.as_ref().is_some_and(|t| t.position() == Position::Wrapper);
+            let tok = if force_end {
+                end_of_turn
+            } else if greedy {
+                smpl.sample_greedy(&logits)?
+            } else {
+                smpl.sample(&logits)?
+            };
             if let Some(why) = smpl.accept(tok)? {
                 out.warnings.push(json!({"code": "grammar_disabled", "message": format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}")}));
             }
@@ -180,6 +191,9 @@ impl Run<'_> {
             let before = out.bytes.len();
             out.bytes.extend(self.prompter.piece(tok, plan.preserved.contains(&tok)));
             out.gen_tokens.push(tok);
+            if let Some(t) = syntax.as_mut() {
+                t.feed(&String::from_utf8_lossy(&out.bytes[before..]));
+            }
             // logprobs: from this step's raw logits row.
             if let Some(top) = req.logprobs_top() {
                 let lp = crate::logprobs::of(&logits, tok, top);
@@ -213,6 +227,13 @@ impl Run<'_> {
                 Msg::Admitted { .. } | Msg::Progress { .. } => continue_recv(ticket)?,
             };
         }
+    }
+
+    /// Deterministic call syntax: on unless the request or the config turns it off, for plans
+    /// whose call format is known.
+    fn call_syntax_tracker(&self, req: &ChatRequest, plan: &Plan) -> Option<Tracker> {
+        let on = req.deterministic_call_syntax.unwrap_or(self.deterministic_call_syntax);
+        plan.call_syntax.as_ref().filter(|_| on).map(|s| s.tracker())
     }
 
     /// Partial parses (for streaming, and to stop at a second call when only one is allowed)

@@ -4,6 +4,7 @@
 //! ABI, the `llb` CLI and the tests share: JSON in → typed request → engine → shim → llama.cpp.
 
 pub mod backend;
+pub mod call_syntax;
 pub mod constrain;
 pub mod engine;
 pub mod error;

@@ -2,6 +2,7 @@
 //! (llb's strict one for `required` and named choices), the parser and the stop strings; and the
 //! prompt's tokens, replaying a remembered reply of the model token for token.
 
+use crate::call_syntax::CallSyntax;
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Model;
 use crate::request::{self, ChatRequest, Choice, ReasoningFormat, Role};
@@ -29,6 +30,9 @@ pub struct Plan {
     pub single_call: bool,
     /// The grammar is llb's strict tool-call grammar (required or named choice).
     pub strict: bool,
+    /// How this template writes calls, for deterministic call syntax (None: no tool calls, or
+    /// a grammar whose call format llb does not recognise).
+    pub call_syntax: Option<CallSyntax>,
 }
 
 /// A model's chat side: its templates and what they can do, with the engine's defaults.
@@ -206,6 +210,20 @@ impl Prompter {
             })
             .collect();
         let single_call = choice != Choice::None && !self.parallel(req);
+        let call_syntax = grammar.as_ref().filter(|_| choice != Choice::None).and_then(|g| {
+            let words: Vec<String> = params
+                .grammar_triggers
+                .iter()
+                .filter(|t| t.kind == crate::shim::TRIGGER_WORD)
+                .map(|t| t.value.clone())
+                .collect();
+            let s = CallSyntax::from_grammar(&g.gbnf, &words)?;
+            Some(if strict {
+                s.strict_section(&params.thinking_end_tag, self.may_reason(&params, thinking))
+            } else {
+                s
+            })
+        });
         Ok(Plan {
             prompt,
             parser,
@@ -216,7 +234,14 @@ impl Prompter {
             parse_tool_calls: choice != Choice::None,
             single_call,
             strict,
+            call_syntax,
         })
+    }
+
+    /// Whether a strict reply may open with a reasoning block (see [`strict_grammar`]).
+    fn may_reason(&self, p: &ChatParams, thinking: bool) -> bool {
+        let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
+        !start.is_empty() && !end.is_empty() && ((thinking && p.supports_thinking) || p.prompt.contains(start))
     }
 
     /// The grammar llama.cpp derived (lazy with triggers, or non-lazy starting with the generation

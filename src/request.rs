@@ -68,6 +68,9 @@ pub struct EngineConfig {
     /// llama.cpp `rpc-server`s (`"host:port"`) to offload layers to; in every build unless `LLB_RPC=0` (docs/scaling.md).
     #[serde(default)]
     pub rpc_servers: Option<Vec<String>>,
+    /// Greedy call wrappers (docs/design.md, "Deterministic call syntax"); default true.
+    #[serde(default)]
+    pub deterministic_call_syntax: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -399,6 +402,9 @@ pub struct ChatRequest {
     pub prompt_cache_key: Option<Value>,
     #[serde(default)]
     pub safety_identifier: Option<Value>,
+    /// Greedy call wrappers for this request (default: the engine's config, true).
+    #[serde(default)]
+    pub deterministic_call_syntax: Option<bool>,
 }
 
 /// The resolved tool choice.

@@ -123,6 +123,8 @@ pub struct Sampler {
     n_vocab: usize,
     /// How many allowed candidates the chain can use (greedy: 1, top-k: k, else all).
     needed: usize,
+    /// The request's logit_bias, which greedy call wrappers honour too (bans hold everywhere).
+    bias: Vec<(i32, f32)>,
 }
 
 // SAFETY: a sampler belongs to one request, used by its caller's thread only.
@@ -171,7 +173,14 @@ impl Sampler {
         } else {
             usize::MAX
         };
-        let mut s = Sampler { chain, grammar: ptr::null_mut(), cur: Vec::with_capacity(n_vocab), n_vocab, needed };
+        let mut s = Sampler {
+            chain,
+            grammar: ptr::null_mut(),
+            cur: Vec::with_capacity(n_vocab),
+            n_vocab,
+            needed,
+            bias: p.logit_bias.clone(),
+        };
         if let Some(g) = grammar.filter(|g| !g.gbnf.is_empty()) {
             let gbnf = CString::new(g.gbnf.as_str()).map_err(|_| {
                 // Only a request's schema (a `pattern` with a raw NUL) can put one there.
@@ -288,6 +297,31 @@ impl Sampler {
         self.run(self.chain)?;
         Ok(self.cur[0].id)
     }
+
+    // --- deterministic call syntax (src/call_syntax.rs) ---
+    /// The most likely token the grammar admits (argmax over the grammar-constrained
+    /// candidates, after the request's logit_bias), leaving the chain's state (its random
+    /// generator) untouched. The penalties do not apply: a wrapper's tokens are the format's.
+    pub fn sample_greedy(&mut self, logits: &[f32]) -> Result<sys::llama_token> {
+        if logits.len() != self.n_vocab {
+            return Err(Error::new(ErrorCode::Internal, "a logits row of the wrong size"));
+        }
+        let best = |c: &[sys::llama_token_data]| c.iter().max_by(|a, b| a.logit.total_cmp(&b.logit)).map(|t| t.id);
+        self.fill(logits);
+        for &(id, b) in &self.bias {
+            if let Some(t) = self.cur.get_mut(id as usize) {
+                t.logit += b;
+            }
+        }
+        let id = best(&self.cur).ok_or_else(|| Error::new(ErrorCode::Internal, "empty candidates"))?;
+        if self.grammar_allows(id)? {
+            return Ok(id);
+        }
+        self.run(self.grammar)?;
+        self.cur.retain(|t| t.logit.is_finite());
+        best(&self.cur).ok_or_else(|| Error::new(ErrorCode::Internal, "the grammar admits no token"))
+    }
+    // --- end deterministic call syntax ---
 
     /// Whether the grammar (when there is one) admits `token` next.
     pub fn grammar_allows(&mut self, token: sys::llama_token) -> Result<bool> {
