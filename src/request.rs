@@ -347,6 +347,10 @@ pub struct ChatRequest {
     pub prompt_cache_key: Option<Value>,
     #[serde(default)]
     pub safety_identifier: Option<Value>,
+    /// llb's extension: `false` samples text a strict grammar forces token by token instead of
+    /// evaluating it in one batch (jump-forward decoding, on by default; see docs/design.md).
+    #[serde(default)]
+    pub jump_forward: Option<bool>,
 }
 
 /// The resolved tool choice.

@@ -43,9 +43,14 @@ pub struct SchedConfig {
 /// What a request's caller receives.
 pub enum Msg {
     /// The request got a sequence; `cached` prompt tokens were already in the KV cache.
-    Admitted { cached: usize },
+    Admitted {
+        cached: usize,
+    },
     /// Prompt evaluation progressed.
-    Progress { done: usize, total: usize },
+    Progress {
+        done: usize,
+        total: usize,
+    },
     /// The logits row after the request's last token (a copy: n_vocab floats).
     Logits(Vec<f32>),
     Failed(Error),
@@ -73,7 +78,10 @@ enum Phase {
     Queued,
     /// Waits until sequence `src` holds `upto` tokens of this prompt (another request is
     /// evaluating them), then copies them.
-    AwaitPrefix { src: usize, upto: usize },
+    AwaitPrefix {
+        src: usize,
+        upto: usize,
+    },
     Running,
 }
 
@@ -264,11 +272,13 @@ impl Ticket {
         }
     }
 
-    /// Submits the token sampled from the last logits; its logits come as the next message.
-    pub fn submit(&self, token: Token) {
+    /// Submits the token sampled from the last logits, with any text forced after it (one
+    /// multi-token entry of the next batch); the logits after the last one come as the next
+    /// message.
+    pub fn submit(&self, tokens: &[Token]) {
         let mut st = lock(&self.shared.state);
         if let Some(j) = st.jobs.iter_mut().find(|j| j.id == self.id) {
-            j.tokens.push(token);
+            j.tokens.extend_from_slice(tokens);
             j.outstanding = None;
         }
         drop(st);
@@ -438,7 +448,7 @@ impl Worker {
     fn place(&mut self, st: &mut State, ji: usize) -> bool {
         let tokens = st.jobs[ji].tokens.clone();
         let limit = tokens.len() - 1; // at least one token is evaluated, for logits
-        // The best prefix already in the KV cache, and the best one being evaluated now.
+                                      // The best prefix already in the KV cache, and the best one being evaluated now.
         let (src, have) = st
             .slots
             .iter()
@@ -546,8 +556,9 @@ impl Worker {
         }
     }
 
-    /// The next batch: one token for every generating request, then prompt chunks (oldest
-    /// request first) up to `n_batch` tokens.
+    /// The next batch: the next step of every generating request (one token, or a token and
+    /// the text forced after it), then prompt chunks (oldest request first) up to `n_batch`
+    /// tokens.
     fn build(&mut self, st: &mut State) -> Vec<Entry> {
         let mut budget = self.shared.config.n_batch as usize;
         let mut entries = Vec::new();
@@ -556,7 +567,7 @@ impl Worker {
             for j in st.jobs.iter().filter(|j| runnable(j)) {
                 let s = j.slot.expect("a running job has a sequence");
                 let pending = j.pending(&st.slots);
-                if pending == 0 || budget == 0 || (pending == 1) != generating {
+                if pending == 0 || budget == 0 || (j.generating || pending == 1) != generating {
                     continue;
                 }
                 let pos = st.slots[s].tokens.len();
