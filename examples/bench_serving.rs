@@ -39,50 +39,24 @@ fn tools() -> Value {
             "parameters":{"type":"object","properties":props,"required":req}}})
     };
     json!([
-        f(
-            "get_weather",
-            "Get the current weather or the forecast for a city. Use for any question about \
-           temperature, rain, wind or sunshine.",
-            json!({"city":{"type":"string","description":"City name"},
+        f("get_weather", "Get the current weather or the forecast for a city. Use for any question about \
+           temperature, rain, wind or sunshine.", json!({"city":{"type":"string","description":"City name"},
            "date":{"type":"string","description":"ISO date, default today"},
-           "unit":{"type":"string","enum":["celsius","fahrenheit"]}}),
-            &["city"]
-        ),
-        f(
-            "book_restaurant",
-            "Reserve a table at a restaurant.",
-            json!({"city":{"type":"string"},
+           "unit":{"type":"string","enum":["celsius","fahrenheit"]}}), &["city"]),
+        f("book_restaurant", "Reserve a table at a restaurant.", json!({"city":{"type":"string"},
            "cuisine":{"type":"string"},"party_size":{"type":"integer","minimum":1,"maximum":20},
-           "time":{"type":"string","description":"HH:MM, 24h"}}),
-            &["city", "party_size", "time"]
-        ),
-        f(
-            "convert_currency",
-            "Convert an amount between currencies at today's rate.",
-            json!({"amount":{"type":"number"},"from":{"type":"string","description":"ISO 4217 code"},
-           "to":{"type":"string","description":"ISO 4217 code"}}),
-            &["amount", "from", "to"]
-        ),
-        f(
-            "set_reminder",
-            "Create a reminder that notifies the user at a given time.",
-            json!({"text":{"type":"string"},"time":{"type":"string","description":"ISO date-time"}}),
-            &["text", "time"]
-        ),
-        f(
-            "get_route",
-            "Driving, walking or transit route between two places with duration.",
-            json!({"from":{"type":"string"},"to":{"type":"string"},
-           "mode":{"type":"string","enum":["driving","walking","transit"]}}),
-            &["from", "to"]
-        ),
-        f(
-            "search_flights",
-            "Search flights between two airports or cities on a date.",
-            json!({"from":{"type":"string"},"to":{"type":"string"},"date":{"type":"string"},
-           "passengers":{"type":"integer","minimum":1}}),
-            &["from", "to", "date"]
-        ),
+           "time":{"type":"string","description":"HH:MM, 24h"}}), &["city","party_size","time"]),
+        f("convert_currency", "Convert an amount between currencies at today's rate.",
+           json!({"amount":{"type":"number"},"from":{"type":"string","description":"ISO 4217 code"},
+           "to":{"type":"string","description":"ISO 4217 code"}}), &["amount","from","to"]),
+        f("set_reminder", "Create a reminder that notifies the user at a given time.",
+           json!({"text":{"type":"string"},"time":{"type":"string","description":"ISO date-time"}}), &["text","time"]),
+        f("get_route", "Driving, walking or transit route between two places with duration.",
+           json!({"from":{"type":"string"},"to":{"type":"string"},
+           "mode":{"type":"string","enum":["driving","walking","transit"]}}), &["from","to"]),
+        f("search_flights", "Search flights between two airports or cities on a date.",
+           json!({"from":{"type":"string"},"to":{"type":"string"},"date":{"type":"string"},
+           "passengers":{"type":"integer","minimum":1}}), &["from","to","date"]),
     ])
 }
 

@@ -43,14 +43,9 @@ pub struct SchedConfig {
 /// What a request's caller receives.
 pub enum Msg {
     /// The request got a sequence; `cached` prompt tokens were already in the KV cache.
-    Admitted {
-        cached: usize,
-    },
+    Admitted { cached: usize },
     /// Prompt evaluation progressed.
-    Progress {
-        done: usize,
-        total: usize,
-    },
+    Progress { done: usize, total: usize },
     /// The logits row after the request's last token (a copy: n_vocab floats).
     Logits(Vec<f32>),
     Failed(Error),
@@ -78,10 +73,7 @@ enum Phase {
     Queued,
     /// Waits until sequence `src` holds `upto` tokens of this prompt (another request is
     /// evaluating them), then copies them.
-    AwaitPrefix {
-        src: usize,
-        upto: usize,
-    },
+    AwaitPrefix { src: usize, upto: usize },
     Running,
 }
 
@@ -448,7 +440,7 @@ impl Worker {
     fn place(&mut self, st: &mut State, ji: usize) -> bool {
         let tokens = st.jobs[ji].tokens.clone();
         let limit = tokens.len() - 1; // at least one token is evaluated, for logits
-                                      // The best prefix already in the KV cache, and the best one being evaluated now.
+        // The best prefix already in the KV cache, and the best one being evaluated now.
         let (src, have) = st
             .slots
             .iter()
