@@ -11,7 +11,6 @@ use llb::engine::Engine;
 use llb::request::EngineConfig;
 use serde_json::{json, Value};
 
-const REPEATS: usize = 3;
 const ARGS: [&str; 10] =
     ["city", "country", "date", "unit", "hour", "person_name", "reason", "language", "priority", "notes"];
 
@@ -48,15 +47,15 @@ fn request(n: usize, named: bool, jump: bool) -> Value {
 }
 
 /// The median generation time (ms) over the repeats, and the last completion.
-fn measure(e: &Engine, req: &Value) -> (f64, Value) {
+fn measure(e: &Engine, req: &Value, repeats: usize) -> (f64, Value) {
     let mut times = Vec::new();
     let mut last = Value::Null;
-    for _ in 0..REPEATS {
+    for _ in 0..repeats {
         last = e.infer(&req.to_string()).expect("infer");
         times.push(last["timings"]["predicted_ms"].as_f64().expect("timings"));
     }
     times.sort_by(f64::total_cmp);
-    (times[REPEATS / 2], last)
+    (times[repeats / 2], last)
 }
 
 fn call(r: &Value) -> Value {
@@ -71,11 +70,12 @@ fn main() {
     let model = std::env::var("LLB_BENCH_MODEL").expect("set LLB_BENCH_MODEL to a tool-capable GGUF");
     // One compute thread by default: on a shared machine ggml's spinning threads would measure
     // the neighbours (LLB_BENCH_THREADS overrides).
+    let repeats = std::env::var("LLB_BENCH_REPEATS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let n_threads = std::env::var("LLB_BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     let config =
         EngineConfig { model_path: model.clone(), n_ctx: Some(4096), n_threads: Some(n_threads), ..Default::default() };
     let e = Engine::create(config, None).expect("engine");
-    println!("model {model}, {n_threads} thread(s)\ngeneration-phase wall time, median of {REPEATS}; ratio = on / off (lower is better)");
+    println!("model {model}, {n_threads} thread(s)\ngeneration-phase wall time, median of {repeats}; ratio = on / off (lower is better)");
     println!(
         "{:<9} {:>4} {:>10} {:>10} {:>6} {:>8} {:>8} {:>9}",
         "choice", "args", "off ms", "on ms", "ratio", "tokens", "forced", "same call"
@@ -83,8 +83,8 @@ fn main() {
     for named in [true, false] {
         for n in [1, 3, 10] {
             e.infer(&request(n, named, true).to_string()).expect("warm-up"); // the prompt into the KV cache
-            let (off_ms, off) = measure(&e, &request(n, named, false));
-            let (on_ms, on) = measure(&e, &request(n, named, true));
+            let (off_ms, off) = measure(&e, &request(n, named, false), repeats);
+            let (on_ms, on) = measure(&e, &request(n, named, true), repeats);
             println!(
                 "{:<9} {:>4} {:>10.1} {:>10.1} {:>6.2} {:>8} {:>8} {:>9}",
                 if named { "named" } else { "required" },

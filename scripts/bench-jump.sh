@@ -13,4 +13,4 @@ f16="${LLB_MODEL_CACHE:-$HOME/.cache/llb}/bench-qwen2-f16-1g.gguf"
 echo "== SmolLM2-135M-Instruct Q4_1 (real weights, Qwen2.5 tool template)"
 LLB_BENCH_MODEL="$smol" ./target/release/examples/bench_jump
 echo "== ~1 GB F16 fixture (random weights; decoding is bandwidth-bound)"
-LLB_BENCH_MODEL="$f16" ./target/release/examples/bench_jump
+LLB_BENCH_REPEATS="${LLB_BENCH_F16_REPEATS:-1}" LLB_BENCH_MODEL="$f16" ./target/release/examples/bench_jump
