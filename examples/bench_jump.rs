@@ -34,7 +34,7 @@ fn tool(n: usize) -> Value {
 
 fn request(n: usize, named: bool, jump: bool) -> Value {
     let other = json!({"type": "function", "function": {"name": "get_time", "description": "Get the time",
-        "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}}});
+        "parameters": {"type": "object", "properties": {"timezone": {"type": "string", "maxLength": 16}}, "required": ["timezone"]}}});
     let choice = if named {
         json!({"type": "function", "function": {"name": format!("record_{n}_fields")}})
     } else {
