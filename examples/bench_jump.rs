@@ -77,8 +77,8 @@ fn main() {
     let e = Engine::create(config, None).expect("engine");
     println!("model {model}, {n_threads} thread(s)\ngeneration-phase wall time, median of {repeats}; ratio = on / off (lower is better)");
     println!(
-        "{:<9} {:>4} {:>10} {:>10} {:>6} {:>8} {:>8} {:>9}",
-        "choice", "args", "off ms", "on ms", "ratio", "tokens", "forced", "same call"
+        "{:<9} {:>4} {:>10} {:>10} {:>6} {:>8} {:>8} {:>8} {:>9}",
+        "choice", "args", "off ms", "on ms", "ratio", "off tok", "on tok", "forced", "same call"
     );
     for named in [true, false] {
         for n in [1, 3, 10] {
@@ -86,14 +86,15 @@ fn main() {
             let (off_ms, off) = measure(&e, &request(n, named, false), repeats);
             let (on_ms, on) = measure(&e, &request(n, named, true), repeats);
             println!(
-                "{:<9} {:>4} {:>10.1} {:>10.1} {:>6.2} {:>8} {:>8} {:>9}",
+                "{:<9} {:>4} {:>10.1} {:>10.1} {:>6.2} {:>8} {:>8} {:>8} {:>9}",
                 if named { "named" } else { "required" },
                 n,
                 off_ms,
                 on_ms,
                 on_ms / off_ms,
-                on["usage"]["completion_tokens"],
-                on["timings"]["predicted_forced_n"],
+                off["usage"]["completion_tokens"].to_string(),
+                on["usage"]["completion_tokens"].to_string(),
+                on["timings"]["predicted_forced_n"].to_string(),
                 if call(&on) == call(&off) { "yes" } else { "no" },
             );
             if std::env::var_os("LLB_BENCH_VERBOSE").is_some() {
