@@ -36,6 +36,10 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LLB_PORTABLE");
     println!("cargo:rerun-if-env-changed=LLB_LLAMA_BUILD_DIR");
     println!("cargo:rerun-if-env-changed=LLB_BLESS_HEADER");
+    println!("cargo::rustc-check-cfg=cfg(llb_rpc)");
+    for var in ["LLB_CUDA", "LLB_VULKAN", "LLB_RPC", "LLB_METAL", "CUDA_PATH"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
     // The tools checked below: a build that failed for want of one reruns anyway, these make a
     // changed choice count too.
     println!("cargo:rerun-if-env-changed=CMAKE");
@@ -45,9 +49,13 @@ fn main() {
     check_build_tools();
     let src = llama_source(&manifest, &out, &pin);
     println!("cargo:rustc-env=LLB_LLAMA_CPP_SRC={}", src.display());
-    let build = build_llama(&src, &out, &pin);
-    link_llama(&build);
+    let backends = Backends::from_env();
+    let build = build_llama(&src, &out, &pin, &backends);
+    link_llama(&build, &backends);
     build_shim(&manifest, &src);
+    if backends.rpc {
+        build_rpc(&src);
+    }
     generate_header(&manifest, &out);
 }
 
@@ -257,7 +265,69 @@ fn fnv64(parts: &[&str]) -> String {
     format!("{h:016x}")
 }
 
-fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>) -> PathBuf {
+fn switch(var: &str) -> Option<bool> {
+    env::var(var).ok().map(|v| !(v.is_empty() || v == "0" || v.eq_ignore_ascii_case("off")))
+}
+
+/// The ggml backends besides the CPU: `LLB_CUDA=1`, `LLB_VULKAN=1`; Metal is llama.cpp's default
+/// on macOS (`LLB_METAL=0` turns it off). RPC is on by default (`LLB_RPC=0` turns it off) and is
+/// not a CMake switch: ggml's RPC client is two C++ files compiled with the shim (build_rpc), so
+/// the default llama.cpp build, its key and its cost stay those of the CPU-only build.
+struct Backends {
+    cuda: bool,
+    vulkan: bool,
+    rpc: bool,
+    /// Some(on) on macOS, where llama.cpp builds Metal (and BLAS through Accelerate) by default.
+    metal: Option<bool>,
+}
+
+impl Backends {
+    fn from_env() -> Backends {
+        let apple = env::var("CARGO_CFG_TARGET_OS").map(|o| o == "macos").unwrap_or(false);
+        Backends {
+            cuda: switch("LLB_CUDA").unwrap_or(false),
+            vulkan: switch("LLB_VULKAN").unwrap_or(false),
+            rpc: switch("LLB_RPC").unwrap_or(true),
+            metal: apple.then(|| switch("LLB_METAL").unwrap_or(true)),
+        }
+    }
+
+    /// CMake defines for the switched-on backends. Empty for the default build, whose build
+    /// directory key therefore stays what it was before the switches existed.
+    fn defines(&self) -> Vec<(&'static str, &'static str)> {
+        let mut d = Vec::new();
+        if self.cuda {
+            d.push(("GGML_CUDA", "ON"));
+        }
+        if self.vulkan {
+            d.push(("GGML_VULKAN", "ON"));
+        }
+        if self.metal == Some(false) {
+            d.push(("GGML_METAL", "OFF"));
+        }
+        d
+    }
+
+    fn check_tools(&self) {
+        if self.cuda && which("nvcc").is_none() && !Path::new(&cuda_root()).join("bin/nvcc").is_file() {
+            fail(format!(
+                "LLB_CUDA=1 needs the CUDA toolkit (nvcc, cuBLAS): none found on PATH or in {} (set CUDA_PATH)",
+                cuda_root()
+            ));
+        }
+        if self.vulkan && which("glslc").is_none() {
+            fail(
+                "LLB_VULKAN=1 needs the Vulkan headers and loader and the glslc shader compiler: `sudo apt-get install libvulkan-dev glslc` (Debian 12: glslc is in bookworm-backports, or install the LunarG SDK)",
+            );
+        }
+    }
+}
+
+fn cuda_root() -> String {
+    env::var("CUDA_PATH").unwrap_or_else(|_| "/usr/local/cuda".into())
+}
+
+fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>, backends: &Backends) -> PathBuf {
     let native = env::var("LLB_PORTABLE").map(|v| v.is_empty() || v == "0").unwrap_or(true);
     let mut defines: Vec<(&str, &str)> = vec![
         ("BUILD_SHARED_LIBS", "OFF"),
@@ -286,6 +356,10 @@ fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>) -> PathBu
     let src_s = src.to_string_lossy();
     let mut key_parts: Vec<String> = vec![src_s.to_string(), pin["sha256"].clone(), ninja.to_string()];
     key_parts.extend(defines.iter().map(|(k, v)| format!("{k}={v}")));
+    // The backend set is part of the key; the default (CPU only) adds nothing to it.
+    backends.check_tools();
+    key_parts.extend(backends.defines().iter().map(|(k, v)| format!("{k}={v}")));
+    defines.extend(backends.defines());
     let key = fnv64(&key_parts.iter().map(String::as_str).collect::<Vec<_>>());
     let dir = match env::var("LLB_LLAMA_BUILD_DIR") {
         Ok(d) => PathBuf::from(d).join(&key),
@@ -293,6 +367,8 @@ fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>) -> PathBu
         Err(_) => out.ancestors().nth(4).unwrap_or(out).join("llama.cpp-build").join(&key),
     };
     fs::create_dir_all(&dir).unwrap();
+    // scripts/rpc-server.sh links against this build (tests pass it as LLB_LLAMA_BUILD).
+    println!("cargo:rustc-env=LLB_LLAMA_BUILD={}", dir.display());
     // A cold build is the long step of a first `cargo build`: say so, and how long it takes.
     let cold = !dir.join("build/src/libllama.a").is_file();
     if cold {
@@ -335,13 +411,49 @@ fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>) -> PathBu
     dir.join("build")
 }
 
-fn link_llama(build: &Path) {
+fn link_llama(build: &Path, backends: &Backends) {
     let search = ["common", "src", "ggml/src", "vendor/cpp-httplib"];
     for s in search {
         println!("cargo:rustc-link-search=native={}", build.join(s).display());
     }
-    for lib in ["llama-common", "llama-common-base", "cpp-httplib", "llama", "ggml", "ggml-cpu", "ggml-base"] {
+    // ggml links its backends into the registry (ggml-backend-reg.cpp): they come before it.
+    let mut libs = vec!["llama-common", "llama-common-base", "cpp-httplib", "llama", "ggml"];
+    let mut extra = Vec::new();
+    if backends.cuda {
+        extra.push("ggml-cuda");
+    }
+    if backends.vulkan {
+        extra.push("ggml-vulkan");
+    }
+    if backends.metal == Some(true) {
+        extra.extend(["ggml-metal", "ggml-blas"]);
+    }
+    for lib in &extra {
+        println!("cargo:rustc-link-search=native={}", build.join("ggml/src").join(lib).display());
+    }
+    libs.extend(extra);
+    libs.extend(["ggml-cpu", "ggml-base"]);
+    for lib in libs {
         println!("cargo:rustc-link-lib=static={lib}");
+    }
+    if backends.cuda {
+        let root = cuda_root();
+        for dir in ["lib64", "lib64/stubs", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"] {
+            println!("cargo:rustc-link-search=native={root}/{dir}");
+        }
+        for lib in ["cudart", "cublas", "cublasLt", "cuda"] {
+            println!("cargo:rustc-link-lib=dylib={lib}");
+        }
+    }
+    if backends.vulkan {
+        println!("cargo:rustc-link-lib=dylib=vulkan");
+    }
+    if backends.metal == Some(true) {
+        for fw in ["Foundation", "Metal", "MetalKit", "Accelerate"] {
+            println!("cargo:rustc-link-lib=framework={fw}");
+        }
+        println!("cargo:rustc-link-lib=dylib=c++");
+        return;
     }
     println!("cargo:rustc-link-lib=dylib=stdc++");
     println!("cargo:rustc-link-lib=dylib=pthread");
@@ -377,6 +489,7 @@ fn build_shim(manifest: &Path, src: &Path) {
     for f in [
         "native/shim.cpp",
         "native/isolate.cpp",
+        "native/rpc_guard.cpp",
         "native/guard.h",
         "native/shim.h",
         "native/chat_templates_layout.h",
@@ -389,6 +502,7 @@ fn build_shim(manifest: &Path, src: &Path) {
         .std("c++17")
         .file(manifest.join("native/shim.cpp"))
         .file(manifest.join("native/isolate.cpp"))
+        .file(manifest.join("native/rpc_guard.cpp"))
         .include(manifest.join("native"))
         .opt_level(2)
         .pic(true)
@@ -402,6 +516,42 @@ fn build_shim(manifest: &Path, src: &Path) {
                 .flat_map(|d| ["-isystem".to_string(), src.join(d).display().to_string()]),
         )
         .compile("llb_shim");
+    build_zero_pages(manifest);
+}
+
+/// Linux: memsets of zero over big private anonymous buffers (llama.cpp's KV clear) return the
+/// pages instead of touching them (native/zero_pages.c), so a pool's KV budget is resident only
+/// as far as it is used.
+fn build_zero_pages(manifest: &Path) {
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return;
+    }
+    println!("cargo:rerun-if-changed=native/zero_pages.c");
+    cc::Build::new().file(manifest.join("native/zero_pages.c")).opt_level(2).pic(true).compile("llb_zero_pages");
+    println!("cargo:rustc-link-arg=-Wl,--wrap=memset");
+}
+
+/// ggml's RPC client (`ggml/src/ggml-rpc`: the backend and its TCP transport, no dependencies),
+/// compiled here rather than with `GGML_RPC=ON` so that it adds two files to the build, not a
+/// second llama.cpp build. `LLB_HAS_RPC` tells src/backend.rs to register it with ggml's registry
+/// (which is what `GGML_USE_RPC` would have done). scripts/rpc-server.sh links the server against
+/// the same llama.cpp build.
+fn build_rpc(src: &Path) {
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .file(src.join("ggml/src/ggml-rpc/ggml-rpc.cpp"))
+        .file(src.join("ggml/src/ggml-rpc/transport.cpp"))
+        .opt_level(2)
+        .pic(true)
+        .warnings(false)
+        .flags(
+            ["ggml/include", "ggml/src"]
+                .iter()
+                .flat_map(|d| ["-isystem".to_string(), src.join(d).display().to_string()]),
+        )
+        .compile("llb_ggml_rpc");
+    println!("cargo:rustc-cfg=llb_rpc");
 }
 
 /// cbindgen writes the public header to OUT_DIR; `LLB_BLESS_HEADER=1` also refreshes the

@@ -39,24 +39,50 @@ fn tools() -> Value {
             "parameters":{"type":"object","properties":props,"required":req}}})
     };
     json!([
-        f("get_weather", "Get the current weather or the forecast for a city. Use for any question about \
-           temperature, rain, wind or sunshine.", json!({"city":{"type":"string","description":"City name"},
+        f(
+            "get_weather",
+            "Get the current weather or the forecast for a city. Use for any question about \
+           temperature, rain, wind or sunshine.",
+            json!({"city":{"type":"string","description":"City name"},
            "date":{"type":"string","description":"ISO date, default today"},
-           "unit":{"type":"string","enum":["celsius","fahrenheit"]}}), &["city"]),
-        f("book_restaurant", "Reserve a table at a restaurant.", json!({"city":{"type":"string"},
+           "unit":{"type":"string","enum":["celsius","fahrenheit"]}}),
+            &["city"]
+        ),
+        f(
+            "book_restaurant",
+            "Reserve a table at a restaurant.",
+            json!({"city":{"type":"string"},
            "cuisine":{"type":"string"},"party_size":{"type":"integer","minimum":1,"maximum":20},
-           "time":{"type":"string","description":"HH:MM, 24h"}}), &["city","party_size","time"]),
-        f("convert_currency", "Convert an amount between currencies at today's rate.",
-           json!({"amount":{"type":"number"},"from":{"type":"string","description":"ISO 4217 code"},
-           "to":{"type":"string","description":"ISO 4217 code"}}), &["amount","from","to"]),
-        f("set_reminder", "Create a reminder that notifies the user at a given time.",
-           json!({"text":{"type":"string"},"time":{"type":"string","description":"ISO date-time"}}), &["text","time"]),
-        f("get_route", "Driving, walking or transit route between two places with duration.",
-           json!({"from":{"type":"string"},"to":{"type":"string"},
-           "mode":{"type":"string","enum":["driving","walking","transit"]}}), &["from","to"]),
-        f("search_flights", "Search flights between two airports or cities on a date.",
-           json!({"from":{"type":"string"},"to":{"type":"string"},"date":{"type":"string"},
-           "passengers":{"type":"integer","minimum":1}}), &["from","to","date"]),
+           "time":{"type":"string","description":"HH:MM, 24h"}}),
+            &["city", "party_size", "time"]
+        ),
+        f(
+            "convert_currency",
+            "Convert an amount between currencies at today's rate.",
+            json!({"amount":{"type":"number"},"from":{"type":"string","description":"ISO 4217 code"},
+           "to":{"type":"string","description":"ISO 4217 code"}}),
+            &["amount", "from", "to"]
+        ),
+        f(
+            "set_reminder",
+            "Create a reminder that notifies the user at a given time.",
+            json!({"text":{"type":"string"},"time":{"type":"string","description":"ISO date-time"}}),
+            &["text", "time"]
+        ),
+        f(
+            "get_route",
+            "Driving, walking or transit route between two places with duration.",
+            json!({"from":{"type":"string"},"to":{"type":"string"},
+           "mode":{"type":"string","enum":["driving","walking","transit"]}}),
+            &["from", "to"]
+        ),
+        f(
+            "search_flights",
+            "Search flights between two airports or cities on a date.",
+            json!({"from":{"type":"string"},"to":{"type":"string"},"date":{"type":"string"},
+           "passengers":{"type":"integer","minimum":1}}),
+            &["from", "to", "date"]
+        ),
     ])
 }
 
@@ -153,8 +179,11 @@ fn child(kind: &str, n: usize, model: &str) {
             let one = |i| llb_one(&infer, i);
             json!({"cold": batch(n, &one), "warm": batch(n, &one)})
         }
-        "engines" => {
-            let engines: Vec<Engine> = (0..n).map(|_| Engine::create(config(model, None), None).unwrap()).collect();
+        "engines" | "engines1" => {
+            // engines1: the host divides the cores itself (n_threads 1 each), the issue's reference.
+            let threads = (kind == "engines1").then_some(1);
+            let cfg = || EngineConfig { n_threads: threads, ..config(model, None) };
+            let engines: Vec<Engine> = (0..n).map(|_| Engine::create(cfg(), None).unwrap()).collect();
             let one = |i: usize| {
                 let infer = |r: &str, _e: &dyn Fn(&Value) -> bool| engines[i].infer(r).unwrap();
                 llb_one(&infer, i)
@@ -286,9 +315,17 @@ fn main() {
         }
         if n == engines_n {
             let engines = run_child("engines", n, &model);
+            let engines1 = run_child("engines1", n, &model);
             for phase in ["cold", "warm"] {
                 row("llb engines (default)", n, phase, &engines, &peer);
+                row("llb engines (1 thread)", n, phase, &engines1, &peer);
             }
+            let wall = |r: &Value, phase: &str| r[phase]["wall"].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "default engines / 1-thread engines, N={n}: cold wall {:.2}x, warm wall {:.2}x (goal <= 1.1x)",
+                wall(&engines, "cold") / wall(&engines1, "cold"),
+                wall(&engines, "warm") / wall(&engines1, "warm")
+            );
         }
     }
 }

@@ -56,7 +56,9 @@ extern "C" {
 
 /**
  * Returns the library version and the pinned llama.cpp it was built with:
- * `{"type":"version","llb":"x.y.z","abi":1,"llama_cpp":{"commit":...,"chat_stack":...,"source":...}}`.
+ * `{"type":"version","llb":"x.y.z","abi":1,"llama_cpp":{"commit":...,"chat_stack":...,"source":...},
+ * "backends":["CPU",...],"devices":[...]}` (`backends`: the compiled-in ggml backends;
+ * `devices`: as `llb_devices`).
  *
  * Ownership: the caller owns the returned string; release it with `llb_string_free` exactly once.
  * Never returns NULL.
@@ -66,10 +68,27 @@ extern "C" {
 char *llb_version(void);
 
 /**
+ * Lists the devices of the compiled-in ggml backends (the CPU; GPUs with `LLB_CUDA=1`,
+ * `LLB_VULKAN=1` or Metal; RPC servers): `{"type":"devices","devices":[{"name":"CPU",
+ * "description":...,"type":"cpu"|"gpu"|"igpu"|"accel","memory_free":bytes,"memory_total":bytes}]}`.
+ * The names are what the create config's `devices` takes; layers are offloaded to `gpu` and
+ * `igpu` devices only.
+ *
+ * Ownership: the caller owns the returned string; release it with `llb_string_free` exactly once.
+ * Never returns NULL.
+ *
+ * Threads: may be called from any thread, concurrently with anything.
+ */
+char *llb_devices(void);
+
+/**
  * Reports what the chat template of the GGUF at `gguf_path` can do, reading the file's header
  * only (no weights are loaded): `{"type":"model_info","supports_tools":bool,"caps":{...},
- * "caps_source":"tool_use"|"default"|"chatml_fallback",...}`. `caps` is llama.cpp's caps map,
- * taken from the `tool_use` template variant when the file has one.
+ * "caps_source":"tool_use"|"default"|"chatml_fallback",...,"memory":{"weights_bytes":N,
+ * "kv_bytes_per_1k_tokens":N|null,"kv_type":"f16"}}`. `caps` is llama.cpp's caps map,
+ * taken from the `tool_use` template variant when the file has one. `memory` is an estimate
+ * for sizing `n_ctx` and pools before loading (KV per 1024 tokens with the default f16 cache;
+ * q8_0 needs about 53% of it, q4_0 28%).
  *
  * `gguf_path`: a NUL-terminated UTF-8 path; not retained after return. NULL or invalid UTF-8
  * gives an `invalid_argument` error.
@@ -111,14 +130,23 @@ void llb_string_free(char *s);
  * Opens an engine for the model in `config_json`:
  * `{"model_path":"...","n_ctx":4096,"n_threads":null,"n_batch":512,"seed":null,"chat_template_kwargs":{}}`.
  *
+ * Devices and memory (all optional; docs/scaling.md): `n_gpu_layers` (default: every layer
+ * when a GPU device exists, else 0; -1 = all), `main_gpu`, `split_mode` (`none`|`layer`|`row`),
+ * `tensor_split` (proportions per GPU), `devices` (names from `llb_devices`), `flash_attn`
+ * (`auto`|`on`|`off`), `offload_kqv` (default true), `type_k`/`type_v` (`f16`|`q8_0`|`q4_0`;
+ * a quantized V cache turns flash attention on, and `off` is refused), `use_mmap` (default
+ * true), `use_mlock`. A device that is not here is `device_unavailable`, a bad value
+ * `invalid_argument`, both at create. Engines share weights when they load a file with the
+ * same `n_gpu_layers`/`main_gpu`/`split_mode`/`tensor_split`/`devices`/`use_mmap`/`use_mlock`.
+ *
  * Only tool-capable models load: when the model's chat template cannot describe tools and
  * render tool calls (llama.cpp's caps probe, `tool_use` variant preferred), this emits
  * `{"type":"create_failure","code":"tools_unsupported","message":"Model <file> rejected: ...","caps":{...}}`
  * to `on_event` and returns NULL, before the weights are loaded or a KV cache is allocated.
  * There is no override. The template is probed as in `llb_model_info` (in a bounded child
  * process). Other failures emit `create_failure` with their code
- * (`invalid_json`, `invalid_argument` naming the field, `file_not_found`, `not_a_gguf`,
- * `model_load_failed`, `template_error`, `context_create_failed`) and return NULL.
+ * (`invalid_json`, `invalid_argument` naming the field, `device_unavailable`, `file_not_found`,
+ * `not_a_gguf`, `model_load_failed`, `template_error`, `context_create_failed`) and return NULL.
  *
  * `on_event` may be NULL, but then the reason for a NULL return is lost: hosts should pass one
  * (or call `llb_model_info` first). The same callback later receives the engine's streaming
@@ -234,7 +262,8 @@ char *llb_pool_infer(llb_pool *pool, const char *request_json, llb_event_fn on_e
 
 /**
  * The pool's state: `{"type":"pool_stats","n_slots","n_parallel","n_ctx","running","queued",
- * "tokens_held":[per sequence]}`.
+ * "tokens_held":[per sequence],"lost":null}`; `lost` is the message of the error that made the
+ * pool unusable (an RPC server lost mid-request), null while it works.
  *
  * Ownership: the caller owns the returned string; release it with `llb_string_free`.
  *

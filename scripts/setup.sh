@@ -58,12 +58,14 @@ else
 fi
 have_ccache() { have ccache; }
 have_python3() { have python3; }
+have_venv() { python3 -c 'import ensurepip, venv' >/dev/null 2>&1; }
 have_valgrind() { have valgrind; }
 have_mvn() { have mvn; }
 needs_source && checks+=("required pip_ok python3-pip pip (fetches the pinned llama.cpp source once)")
 if [ $tests = 1 ]; then
   checks+=(
     "required have_python3 python3 python3 (test-all.sh counts the Java results)"
+    "required have_venv python3-venv python3-venv (scripts/smollm2.sh runs the pinned gguf-py in a venv)"
     "optional have_valgrind valgrind valgrind (runs the C tests under memcheck)"
   )
   if [ -f bindings-java/pom.xml ]; then

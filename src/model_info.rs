@@ -89,5 +89,27 @@ pub fn model_info(path: &Path) -> Result<Value> {
         "chat_format": p.chat_format,
         "tool_parser_error": p.tool_parser_error,
         "chat_template": p.chat_template,
+        "memory": memory_estimate(h),
     }))
+}
+
+/// What loading needs, to size `n_ctx` and pools before loading: the weights' bytes, and the
+/// KV cache's bytes per 1024 tokens with the default f16 cache (keys and values of every layer;
+/// q8_0 takes 34/64 of it, q4_0 18/64). An estimate: models with sliding-window or recurrent
+/// layers need less. `null` when the header lacks the attention shape.
+pub fn memory_estimate(h: &GgufHeader) -> Value {
+    let [n_layer, n_embd, n_head, n_head_kv, k_len, v_len] = h.attention;
+    let kv = (|| {
+        let (n_layer, n_embd, n_head) = (n_layer?, n_embd?, n_head?.max(1));
+        let n_head_kv = n_head_kv.unwrap_or(n_head);
+        let k = k_len.unwrap_or(n_embd / n_head);
+        let v = v_len.unwrap_or(n_embd / n_head);
+        let per_token = n_layer.checked_mul(n_head_kv)?.checked_mul(k + v)?.checked_mul(2)?;
+        per_token.checked_mul(1024).filter(|b| *b >= 0)
+    })();
+    json!({
+        "weights_bytes": h.data_size,
+        "kv_bytes_per_1k_tokens": kv,
+        "kv_type": "f16",
+    })
 }

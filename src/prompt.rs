@@ -533,5 +533,4 @@ mod tests {
         assert!(id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
         assert_eq!(d[2].tool_call_id.as_deref(), Some(id.as_str()));
     }
-
 }

@@ -42,6 +42,58 @@ pub struct EngineConfig {
     /// Pools: requests that may wait for a turn (default 16 per `n_parallel`).
     #[serde(default)]
     pub max_queue: Option<u32>,
+    /// Devices and memory (src/backend.rs; docs/scaling.md).
+    #[serde(default)]
+    pub n_gpu_layers: Option<i32>,
+    #[serde(default)]
+    pub main_gpu: Option<i32>,
+    #[serde(default)]
+    pub split_mode: Option<SplitMode>,
+    #[serde(default)]
+    pub tensor_split: Option<Vec<f32>>,
+    #[serde(default)]
+    pub devices: Option<Vec<String>>,
+    #[serde(default)]
+    pub flash_attn: Option<FlashAttn>,
+    #[serde(default)]
+    pub offload_kqv: Option<bool>,
+    #[serde(default)]
+    pub type_k: Option<KvType>,
+    #[serde(default)]
+    pub type_v: Option<KvType>,
+    #[serde(default)]
+    pub use_mmap: Option<bool>,
+    #[serde(default)]
+    pub use_mlock: Option<bool>,
+    /// llama.cpp `rpc-server`s (`"host:port"`) to offload layers to; in every build unless `LLB_RPC=0` (docs/scaling.md).
+    #[serde(default)]
+    pub rpc_servers: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SplitMode {
+    None,
+    Layer,
+    Row,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlashAttn {
+    Auto,
+    On,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvType {
+    F16,
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    #[serde(rename = "q4_0")]
+    Q4_0,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]

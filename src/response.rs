@@ -211,7 +211,14 @@ impl Responder<'_> {
     }
 
     /// The `chat.completion` object.
-    pub fn completion(&self, msg: &ParsedMsg, ids: &[String], finish_reason: &str, usage: Value, timings: Value) -> Value {
+    pub fn completion(
+        &self,
+        msg: &ParsedMsg,
+        ids: &[String],
+        finish_reason: &str,
+        usage: Value,
+        timings: Value,
+    ) -> Value {
         let tool_calls: Vec<Value> = msg
             .tool_calls
             .iter()

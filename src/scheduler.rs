@@ -38,14 +38,21 @@ pub struct SchedConfig {
     pub max_queue: usize,
     /// Compute threads a decode asks the process budget for.
     pub n_threads: usize,
+    /// Flash attention, KV cache types, KV offload.
+    pub backend: crate::backend::ContextParams,
 }
 
 /// What a request's caller receives.
 pub enum Msg {
     /// The request got a sequence; `cached` prompt tokens were already in the KV cache.
-    Admitted { cached: usize },
+    Admitted {
+        cached: usize,
+    },
     /// Prompt evaluation progressed.
-    Progress { done: usize, total: usize },
+    Progress {
+        done: usize,
+        total: usize,
+    },
     /// The logits row after the request's last token (a copy: n_vocab floats).
     Logits(Vec<f32>),
     Failed(Error),
@@ -73,7 +80,10 @@ enum Phase {
     Queued,
     /// Waits until sequence `src` holds `upto` tokens of this prompt (another request is
     /// evaluating them), then copies them.
-    AwaitPrefix { src: usize, upto: usize },
+    AwaitPrefix {
+        src: usize,
+        upto: usize,
+    },
     Running,
 }
 
@@ -116,6 +126,8 @@ struct State {
     next_id: u64,
     clock: u64,
     shutdown: bool,
+    /// Why the context is unusable (a lost RPC server), for stats.
+    lost: Option<String>,
 }
 
 struct Shared {
@@ -154,7 +166,8 @@ impl Scheduler {
             cp.n_threads = config.n_threads as i32;
             cp.n_threads_batch = config.n_threads as i32;
             cp.no_perf = true;
-            sys::llama_init_from_model(model.raw(), cp)
+            config.backend.apply(&mut cp);
+            crate::backend::init_context(model.raw(), cp)?
         };
         if ctx.is_null() {
             return Err(Error::new(
@@ -229,6 +242,7 @@ impl Scheduler {
             "running": st.jobs.iter().filter(|j| j.phase != Phase::Queued && !j.left).count(),
             "queued": st.jobs.iter().filter(|j| j.phase == Phase::Queued && !j.left).count(),
             "tokens_held": held,
+            "lost": st.lost,
         })
     }
 }
@@ -308,6 +322,11 @@ struct Worker {
     n_vocab: usize,
     /// How long the last decode took: the barrier waits for stragglers up to it.
     last_decode: Duration,
+    /// Some layers live on RPC servers.
+    uses_rpc: bool,
+    /// Set when a decode lost an RPC server: the context is unusable, every later request fails
+    /// with this error (the engine or pool must be recreated).
+    lost: Option<Error>,
 }
 
 impl Drop for Worker {
@@ -316,7 +335,9 @@ impl Drop for Worker {
         // scheduler is dropped before its model: see Scheduler::start).
         unsafe {
             sys::llama_batch_free(self.batch);
-            sys::llama_free(self.ctx.0);
+            if !crate::backend::must_leak(self.uses_rpc) {
+                sys::llama_free(self.ctx.0);
+            }
         }
     }
 }
@@ -335,7 +356,7 @@ impl Worker {
                 sys::llama_vocab_n_tokens(model.vocab()) as usize,
             )
         };
-        Worker { shared, ctx, mem, batch, n_vocab, last_decode: Duration::ZERO }
+        Worker { shared, ctx, mem, batch, n_vocab, last_decode: Duration::ZERO, uses_rpc: model.uses_rpc, lost: None }
     }
 
     fn run(mut self) {
@@ -440,7 +461,7 @@ impl Worker {
     fn place(&mut self, st: &mut State, ji: usize) -> bool {
         let tokens = st.jobs[ji].tokens.clone();
         let limit = tokens.len() - 1; // at least one token is evaluated, for logits
-        // The best prefix already in the KV cache, and the best one being evaluated now.
+                                      // The best prefix already in the KV cache, and the best one being evaluated now.
         let (src, have) = st
             .slots
             .iter()
@@ -581,24 +602,37 @@ impl Worker {
     /// space (idle sequences first, then parks the youngest request) and leaves the rest for the
     /// next iteration.
     fn decode(&mut self, entries: Vec<Entry>) {
+        if let Some(e) = self.lost.clone() {
+            let shared = self.shared.clone();
+            self.fail(&mut lock(&shared.state), &entries, e);
+            return;
+        }
         self.fill_batch(&entries);
         let permit = crate::threads::acquire(self.shared.config.n_threads);
         let t = Instant::now();
+        // SAFETY: live context.
+        unsafe { sys::llama_set_n_threads(self.ctx.0, permit.n as i32, permit.n as i32) };
         // SAFETY: live context; the batch was filled within its capacity.
-        let rc = unsafe {
-            sys::llama_set_n_threads(self.ctx.0, permit.n as i32, permit.n as i32);
-            sys::llama_decode(self.ctx.0, self.batch)
-        };
+        let rc = unsafe { crate::backend::decode(self.ctx.0, self.batch) };
         drop(permit);
         let shared = self.shared.clone();
         let mut st = lock(&shared.state);
         match rc {
-            0 => {
+            Ok(0) => {
                 self.last_decode = t.elapsed();
                 self.deliver(&mut st, &entries);
             }
-            1 => self.make_room(&mut st, &entries),
-            _ => self.fail(&mut st, &entries, rc),
+            Ok(1) => self.make_room(&mut st, &entries),
+            Ok(rc) => self.fail(
+                &mut st,
+                &entries,
+                Error::new(ErrorCode::Internal, format!("llama_decode failed (code {rc})")),
+            ),
+            Err(e) => {
+                st.lost = Some(e.message.clone());
+                self.lost = Some(e.clone());
+                self.fail(&mut st, &entries, e);
+            }
         }
     }
 
@@ -682,12 +716,11 @@ impl Worker {
         self.clear(&mut st.slots[s], s);
     }
 
-    fn fail(&mut self, st: &mut State, entries: &[Entry], rc: i32) {
+    fn fail(&mut self, st: &mut State, entries: &[Entry], err: Error) {
         for e in entries {
             self.clear(&mut st.slots[e.slot], e.slot);
             if let Some(j) = st.jobs.iter_mut().find(|j| j.id == e.job) {
-                j.mailbox
-                    .post(Msg::Failed(Error::new(ErrorCode::Internal, format!("llama_decode failed (code {rc})"))));
+                j.mailbox.post(Msg::Failed(err.clone()));
                 j.left = true;
                 j.poisoned = true;
             }

@@ -32,7 +32,9 @@ impl ReplyRecord {
                 Some(calls) if !self.tool_call_ids.is_empty() => {
                     calls.iter().map(|c| c.id.as_str()).eq(self.tool_call_ids.iter().map(String::as_str))
                 }
-                None => self.tool_call_ids.is_empty() && m.content.as_ref().map(|c| c.text()) == Some(self.content.clone()),
+                None => {
+                    self.tool_call_ids.is_empty() && m.content.as_ref().map(|c| c.text()) == Some(self.content.clone())
+                }
                 _ => false,
             }
     }

@@ -514,7 +514,8 @@ fn configs_that_would_allocate_absurd_memory_are_refused_or_bounded() {
 #[test]
 fn odd_names_and_schema_strings_are_request_errors_not_internal() {
     let e = CEngine::open_model(&common::corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false));
-    let tool = |name: &str, params: Value| json!({"type": "function", "function": {"name": name, "parameters": params}});
+    let tool =
+        |name: &str, params: Value| json!({"type": "function", "function": {"name": name, "parameters": params}});
     let obj = json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
     for bad in ["tool-call\u{0}_time", "get weather", "browser.search", "名前", &"x".repeat(65)] {
         let r = e.infer(&json!({"messages": user("hi"), "tools": [tool("ok", obj.clone()), tool(bad, obj.clone())],
@@ -523,10 +524,22 @@ fn odd_names_and_schema_strings_are_request_errors_not_internal() {
         assert!(r["message"].as_str().unwrap().contains("tools[1].function.name"), "{r}");
     }
     for (label, params) in [
-        ("NUL in an enum", json!({"type": "object", "properties": {"a": {"type": "string", "enum": ["x\u{0}y", "\u{1}"]}}, "required": ["a"]})),
-        ("NUL in a property name", json!({"type": "object", "properties": {"a\u{0}b": {"type": "string"}}, "required": ["a\u{0}b"]})),
-        ("quotes and backslashes", json!({"type": "object", "properties": {"\"\\": {"type": "string", "enum": ["\\\"", "\n"]}}, "required": ["\"\\"]})),
-        ("a pattern", json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(\u{0}|[\\x00-\\x1f])+$"}}, "required": ["a"]})),
+        (
+            "NUL in an enum",
+            json!({"type": "object", "properties": {"a": {"type": "string", "enum": ["x\u{0}y", "\u{1}"]}}, "required": ["a"]}),
+        ),
+        (
+            "NUL in a property name",
+            json!({"type": "object", "properties": {"a\u{0}b": {"type": "string"}}, "required": ["a\u{0}b"]}),
+        ),
+        (
+            "quotes and backslashes",
+            json!({"type": "object", "properties": {"\"\\": {"type": "string", "enum": ["\\\"", "\n"]}}, "required": ["\"\\"]}),
+        ),
+        (
+            "a pattern",
+            json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(\u{0}|[\\x00-\\x1f])+$"}}, "required": ["a"]}),
+        ),
     ] {
         for choice in [json!("required"), json!("auto")] {
             let r = e.infer(&json!({"messages": user("hi"), "tools": [tool("t", params.clone())],

@@ -322,7 +322,10 @@ fn random_joins_leaves_and_cancels() {
 /// the mmapped weights come and go with the tokens the requests touch, and are not counted.
 fn rss_kb() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    s.lines().find_map(|l| l.strip_prefix("RssAnon:")).and_then(|v| v.trim().trim_end_matches(" kB").parse().ok()).unwrap()
+    s.lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap()
 }
 
 /// 1,000 conversations opened and closed on one pool: memory stays flat.
@@ -358,7 +361,11 @@ fn rss_is_flat_over_a_thousand_conversations() {
     run(100, 1000);
     let end = rss_kb();
     let growth = (end as f64 - warm as f64) / warm as f64;
-    println!("1000 conversations in {:.1} s; RSS {warm} → {end} kB ({:.2} %)", t.elapsed().as_secs_f64(), growth * 100.0);
+    println!(
+        "1000 conversations in {:.1} s; RSS {warm} → {end} kB ({:.2} %)",
+        t.elapsed().as_secs_f64(),
+        growth * 100.0
+    );
     assert!(growth < 0.05, "RSS grew {:.1} % over 900 conversations", growth * 100.0);
 }
 

@@ -124,7 +124,8 @@ impl CPool {
         let events = Events::default();
         let c = CString::new(config.to_string()).unwrap();
         // SAFETY: c is valid; the callback and its Events outlive the call.
-        let raw = unsafe { llb::ffi::llb_pool_create(c.as_ptr(), Some(record), &events as *const Events as *mut c_void) };
+        let raw =
+            unsafe { llb::ffi::llb_pool_create(c.as_ptr(), Some(record), &events as *const Events as *mut c_void) };
         if raw.is_null() {
             let last = events.seen.lock().unwrap().last().cloned().unwrap_or(Value::Null);
             return Err(last);

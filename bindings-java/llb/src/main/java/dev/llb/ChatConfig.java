@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.nio.file.Path;
 import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 
@@ -18,15 +19,37 @@ import java.util.Objects;
  * @param batchSize prompt tokens per decode batch ({@code n_batch}; default 512)
  * @param seed default sampling seed for requests that send none ({@code seed})
  * @param chatTemplateKwargs extra variables for the chat template ({@code chat_template_kwargs})
+ * @param backendOptions the device and memory fields by their config names ({@code n_gpu_layers},
+ *     {@code main_gpu}, {@code split_mode}, {@code tensor_split}, {@code devices},
+ *     {@code flash_attn}, {@code offload_kqv}, {@code type_k}, {@code type_v}, {@code use_mmap},
+ *     {@code use_mlock}, {@code rpc_servers}; see docs/scaling.md), set with the {@code with}
+ *     methods below; llb checks them when the engine or pool opens
  */
 public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, Integer batchSize, Long seed,
-        Map<String, Object> chatTemplateKwargs) {
+        Map<String, Object> chatTemplateKwargs, Map<String, Object> backendOptions) {
 
-    /** Copies {@code chatTemplateKwargs} (null means none); {@code modelPath} is required. */
+    /** Copies the maps (null means none); {@code modelPath} is required. */
     public ChatConfig {
         Objects.requireNonNull(modelPath, "modelPath");
         chatTemplateKwargs = chatTemplateKwargs == null ? Map.of()
                 : Collections.unmodifiableMap(new LinkedHashMap<>(chatTemplateKwargs));
+        backendOptions = backendOptions == null ? Map.of()
+                : Collections.unmodifiableMap(new LinkedHashMap<>(backendOptions));
+    }
+
+    /**
+     * A config without device or memory settings (the constructor before they existed).
+     *
+     * @param modelPath the GGUF file
+     * @param contextSize {@code n_ctx}
+     * @param threads {@code n_threads}
+     * @param batchSize {@code n_batch}
+     * @param seed {@code seed}
+     * @param chatTemplateKwargs {@code chat_template_kwargs}
+     */
+    public ChatConfig(Path modelPath, Integer contextSize, Integer threads, Integer batchSize, Long seed,
+            Map<String, Object> chatTemplateKwargs) {
+        this(modelPath, contextSize, threads, batchSize, seed, chatTemplateKwargs, null);
     }
 
     /**
@@ -36,7 +59,7 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
      * @return the config
      */
     public static ChatConfig of(Path modelPath) {
-        return new ChatConfig(modelPath, null, null, null, null, null);
+        return new ChatConfig(modelPath, null, null, null, null, null, null);
     }
 
     /**
@@ -46,7 +69,7 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
      * @return a copy with it set
      */
     public ChatConfig withContextSize(int nCtx) {
-        return new ChatConfig(modelPath, nCtx, threads, batchSize, seed, chatTemplateKwargs);
+        return new ChatConfig(modelPath, nCtx, threads, batchSize, seed, chatTemplateKwargs, backendOptions);
     }
 
     /**
@@ -56,7 +79,7 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
      * @return a copy with it set
      */
     public ChatConfig withThreads(int nThreads) {
-        return new ChatConfig(modelPath, contextSize, nThreads, batchSize, seed, chatTemplateKwargs);
+        return new ChatConfig(modelPath, contextSize, nThreads, batchSize, seed, chatTemplateKwargs, backendOptions);
     }
 
     /**
@@ -66,7 +89,7 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
      * @return a copy with it set
      */
     public ChatConfig withBatchSize(int nBatch) {
-        return new ChatConfig(modelPath, contextSize, threads, nBatch, seed, chatTemplateKwargs);
+        return new ChatConfig(modelPath, contextSize, threads, nBatch, seed, chatTemplateKwargs, backendOptions);
     }
 
     /**
@@ -76,7 +99,7 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
      * @return a copy with it set
      */
     public ChatConfig withSeed(long defaultSeed) {
-        return new ChatConfig(modelPath, contextSize, threads, batchSize, defaultSeed, chatTemplateKwargs);
+        return new ChatConfig(modelPath, contextSize, threads, batchSize, defaultSeed, chatTemplateKwargs, backendOptions);
     }
 
     /**
@@ -86,7 +109,136 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
      * @return a copy with them set
      */
     public ChatConfig withChatTemplateKwargs(Map<String, Object> kwargs) {
-        return new ChatConfig(modelPath, contextSize, threads, batchSize, seed, kwargs);
+        return new ChatConfig(modelPath, contextSize, threads, batchSize, seed, kwargs, backendOptions);
+    }
+
+    /**
+     * Sets {@code n_gpu_layers}.
+     *
+     * @param layers layers to offload to GPUs (-1: all; default: all when a GPU exists, else 0)
+     * @return a copy with it set
+     */
+    public ChatConfig withGpuLayers(int layers) {
+        return withOption("n_gpu_layers", layers);
+    }
+
+    /**
+     * Sets {@code main_gpu}.
+     *
+     * @param index the GPU (among those used) for {@code split_mode} none, and for row-split's
+     *     intermediate results
+     * @return a copy with it set
+     */
+    public ChatConfig withMainGpu(int index) {
+        return withOption("main_gpu", index);
+    }
+
+    /**
+     * Sets {@code split_mode}.
+     *
+     * @param mode {@code none}, {@code layer} (the default) or {@code row}
+     * @return a copy with it set
+     */
+    public ChatConfig withSplitMode(String mode) {
+        return withOption("split_mode", mode);
+    }
+
+    /**
+     * Sets {@code tensor_split}.
+     *
+     * @param proportions the share of the model on each GPU, in device order
+     * @return a copy with it set
+     */
+    public ChatConfig withTensorSplit(double... proportions) {
+        return withOption("tensor_split", proportions.clone());
+    }
+
+    /**
+     * Sets {@code devices}.
+     *
+     * @param names the GPUs to use, by {@link Llb#devices()} name
+     * @return a copy with it set
+     */
+    public ChatConfig withDevices(String... names) {
+        return withOption("devices", List.of(names));
+    }
+
+    /**
+     * Sets {@code flash_attn}.
+     *
+     * @param mode {@code auto} (the default), {@code on} or {@code off}
+     * @return a copy with it set
+     */
+    public ChatConfig withFlashAttn(String mode) {
+        return withOption("flash_attn", mode);
+    }
+
+    /**
+     * Sets {@code offload_kqv}.
+     *
+     * @param offload whether the KV cache and attention go to the GPU too (default true)
+     * @return a copy with it set
+     */
+    public ChatConfig withOffloadKqv(boolean offload) {
+        return withOption("offload_kqv", offload);
+    }
+
+    /**
+     * Sets {@code type_k} and {@code type_v}.
+     *
+     * @param typeK the K cache type: {@code f16} (the default), {@code q8_0} or {@code q4_0}
+     * @param typeV the V cache type, the same choices
+     * @return a copy with them set
+     */
+    public ChatConfig withKvCacheTypes(String typeK, String typeV) {
+        return withOption("type_k", typeK).withOption("type_v", typeV);
+    }
+
+    /**
+     * Sets {@code use_mmap}.
+     *
+     * @param mmap whether the weights are memory-mapped (default true)
+     * @return a copy with it set
+     */
+    public ChatConfig withMmap(boolean mmap) {
+        return withOption("use_mmap", mmap);
+    }
+
+    /**
+     * Sets {@code use_mlock}.
+     *
+     * @param mlock whether the weights are locked in RAM (default false)
+     * @return a copy with it set
+     */
+    public ChatConfig withMlock(boolean mlock) {
+        return withOption("use_mlock", mlock);
+    }
+
+    /**
+     * Sets {@code rpc_servers}. llama.cpp's RPC is unauthenticated: loopback or a private network
+     * only.
+     *
+     * @param endpoints {@code host:port} of running {@code rpc-server}s
+     * @return a copy with it set
+     */
+    public ChatConfig withRpcServers(String... endpoints) {
+        return withOption("rpc_servers", List.of(endpoints));
+    }
+
+    /**
+     * Sets a device or memory field (or any other engine config field) by its llb name, for
+     * values the typed methods do not express. Stored in {@link #backendOptions()}; it overrides
+     * the typed fields of the same name.
+     *
+     * @param field the config field
+     * @param value its JSON value (String, Number, Boolean, List, Map, arrays)
+     * @return a copy with it set
+     */
+    public ChatConfig withOption(String field, Object value) {
+        Objects.requireNonNull(field, "field");
+        Map<String, Object> o = new LinkedHashMap<>(backendOptions);
+        o.put(field, value);
+        return new ChatConfig(modelPath, contextSize, threads, batchSize, seed, chatTemplateKwargs, o);
     }
 
     /** llb's config JSON; unset fields are left out. */
@@ -102,6 +254,7 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
         if (!chatTemplateKwargs.isEmpty()) {
             json.set("chat_template_kwargs", Json.MAPPER.valueToTree(chatTemplateKwargs));
         }
+        backendOptions.forEach((field, value) -> json.set(field, Json.MAPPER.valueToTree(value)));
         try {
             return Json.MAPPER.writeValueAsString(json);
         } catch (JsonProcessingException e) {

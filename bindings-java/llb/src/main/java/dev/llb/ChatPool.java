@@ -150,7 +150,7 @@ public final class ChatPool implements AutoCloseable {
 
     /**
      * The pool's state as llb reports it: {@code {"type":"pool_stats","n_slots","n_parallel",
-     * "n_ctx","running","queued","tokens_held":[...]}}.
+     * "n_ctx","running","queued","tokens_held":[...],"lost":null}}; {@code lost} is the message of the error that made the pool unusable (an RPC server lost mid-request).
      *
      * @return the {@code pool_stats} JSON
      */

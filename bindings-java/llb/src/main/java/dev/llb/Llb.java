@@ -26,6 +26,19 @@ public final class Llb {
     }
 
     /**
+     * The devices of the library's compiled-in ggml backends (the CPU; GPUs in a CUDA, Vulkan or
+     * Metal build; RPC servers), as {@code llb_devices} JSON:
+     * {@code {"type":"devices","devices":[{"name":"CPU","description":...,"type":"cpu"|"gpu"|"igpu"|"accel",
+     * "memory_free":bytes,"memory_total":bytes}]}}. The names are what the config's {@code devices} takes.
+     *
+     * @return the {@code devices} JSON
+     * @throws UnsatisfiedLinkError when the loaded library predates {@code llb_devices}
+     */
+    public static String devices() {
+        return Json.orThrow(Native.devices());
+    }
+
+    /**
      * Reads a GGUF's header (not its weights) and reports what its chat template can do.
      *
      * @param gguf the model file

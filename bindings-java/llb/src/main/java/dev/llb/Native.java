@@ -84,6 +84,20 @@ final class Native {
         }
     }
 
+    /** {@code llb_devices}, looked up on first use: a library older than it still loads. */
+    private static final class Devices {
+        // char *llb_devices(void);
+        static final MethodHandle DEVICES = downcall("llb_devices", FunctionDescriptor.of(ADDRESS));
+    }
+
+    static String devices() {
+        try {
+            return take((MemorySegment) Devices.DEVICES.invokeExact());
+        } catch (Throwable t) {
+            throw unexpected(t);
+        }
+    }
+
     static String modelInfo(String ggufPath) {
         try (Arena arena = Arena.ofConfined()) {
             return take((MemorySegment) MODEL_INFO.invokeExact(arena.allocateFrom(ggufPath)));

@@ -35,6 +35,15 @@ class LlbTest {
     }
 
     @Test
+    void devicesListTheCpuWithItsMemory() {
+        String d = Llb.devices();
+        assertTrue(d.startsWith("{\"type\":\"devices\""), d);
+        assertTrue(d.contains("\"name\":\"CPU\""), d);
+        assertTrue(d.contains("\"type\":\"cpu\""), d);
+        assertTrue(d.matches(".*\"memory_total\":[1-9][0-9]*.*"), d);
+    }
+
+    @Test
     void modelInfoOfAToolCapableModel() throws IOException {
         ModelInfo info = Llb.modelInfo(tools);
         assertTrue(info.supportsTools());
