@@ -461,9 +461,9 @@ fn link_llama(build: &Path, backends: &Backends) {
     println!("cargo:rustc-link-lib=dylib=m");
 }
 
-/// Whitespace- and comment-free text of `struct common_chat_templates { ... };` in a source file.
-fn templates_struct_tokens(text: &str) -> Option<String> {
-    let start = text.find("struct common_chat_templates {")?;
+/// Whitespace- and comment-free text of `struct NAME { ... };` in a source file.
+fn struct_tokens(text: &str, name: &str) -> Option<String> {
+    let start = text.find(&format!("struct {name} {{"))?;
     let end = start + text[start..].find("};")? + 2;
     let body: String =
         text[start..end].lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join(" ");
@@ -471,15 +471,20 @@ fn templates_struct_tokens(text: &str) -> Option<String> {
 }
 
 fn build_shim(manifest: &Path, src: &Path) {
-    // The shim re-declares a struct private to chat.cpp; refuse a tree where it differs.
-    let ours = fs::read_to_string(manifest.join("native/chat_templates_layout.h")).unwrap();
-    let theirs = fs::read_to_string(src.join("common/chat.cpp")).unwrap();
-    let (a, b) = (templates_struct_tokens(&ours), templates_struct_tokens(&theirs));
-    if a.is_none() || a != b {
-        fail(format!(
-            "struct common_chat_templates in {} differs from native/chat_templates_layout.h: this llama.cpp tree is not the pinned one",
-            src.join("common/chat.cpp").display(),
-        ));
+    // The shim re-declares structs private to llama.cpp; refuse a tree where they differ.
+    for (name, layout, source) in [
+        ("common_chat_templates", "native/chat_templates_layout.h", "common/chat.cpp"),
+        ("llama_sampler_grammar", "native/grammar_layout.h", "src/llama-sampler.cpp"),
+    ] {
+        let ours = fs::read_to_string(manifest.join(layout)).unwrap();
+        let theirs = fs::read_to_string(src.join(source)).unwrap();
+        let (a, b) = (struct_tokens(&ours, name), struct_tokens(&theirs, name));
+        if a.is_none() || a != b {
+            fail(format!(
+                "struct {name} in {} differs from {layout}: this llama.cpp tree is not the pinned one",
+                src.join(source).display(),
+            ));
+        }
     }
     for f in [
         "native/shim.cpp",
@@ -488,6 +493,7 @@ fn build_shim(manifest: &Path, src: &Path) {
         "native/guard.h",
         "native/shim.h",
         "native/chat_templates_layout.h",
+        "native/grammar_layout.h",
     ] {
         println!("cargo:rerun-if-changed={f}");
     }
@@ -502,9 +508,10 @@ fn build_shim(manifest: &Path, src: &Path) {
         .pic(true)
         .flag_if_supported("-Wall")
         .flag_if_supported("-Wextra")
-        // llama.cpp's headers are not ours to warn about.
+        // llama.cpp's headers are not ours to warn about. `src` (last: common's unicode.h wins)
+        // gives llama-grammar.h, the grammar stacks jump-forward decoding reads.
         .flags(
-            ["include", "common", "ggml/include", "vendor"]
+            ["include", "common", "ggml/include", "vendor", "src"]
                 .iter()
                 .flat_map(|d| ["-isystem".to_string(), src.join(d).display().to_string()]),
         )

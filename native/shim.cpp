@@ -6,6 +6,7 @@
 #include "shim.h"
 
 #include "chat_templates_layout.h"
+#include "grammar_layout.h"
 #include "guard.h"
 
 #include "chat.h"
@@ -15,6 +16,7 @@
 #include "peg-parser.h"
 #include "ggml.h"
 #include "llama.h"
+#include "llama-grammar.h"
 
 #include <nlohmann/json.hpp>
 
@@ -130,6 +132,70 @@ static void log_to_stderr(ggml_log_level level, const char * text, void *) {
     if (g_verbose.load(std::memory_order_relaxed)) {
         std::fputs(text, stderr);
     }
+}
+
+
+// The one character every stack of `g` expects next, or nothing (a choice, a range, a token
+// element, or a stack that may end the grammar here).
+static std::optional<uint32_t> agreed_char(const llama_grammar & g) {
+    std::optional<uint32_t> c;
+    for (const auto & stack : g.stacks) {
+        if (stack.empty()) {
+            return std::nullopt;
+        }
+        const llama_grammar_element * e = stack.back();
+        if (e->type != LLAMA_GRETYPE_CHAR || e[1].type == LLAMA_GRETYPE_CHAR_ALT ||
+            e[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER || (c && *c != e->value)) {
+            return std::nullopt;
+        }
+        c = e->value;
+    }
+    return c;
+}
+
+static void append_utf8(std::string & s, uint32_t c) {
+    if (c < 0x80) {
+        s += char(c);
+    } else if (c < 0x800) {
+        s += char(0xC0 | (c >> 6));
+        s += char(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+        s += char(0xE0 | (c >> 12));
+        s += char(0x80 | ((c >> 6) & 0x3F));
+        s += char(0x80 | (c & 0x3F));
+    } else {
+        s += char(0xF0 | (c >> 18));
+        s += char(0x80 | ((c >> 12) & 0x3F));
+        s += char(0x80 | ((c >> 6) & 0x3F));
+        s += char(0x80 | (c & 0x3F));
+    }
+}
+
+// Advances a copy of the stacks character by character while they agree; the grammar's own
+// stacks are restored before returning (also when llama.cpp throws).
+static std::string forced_text(llama_grammar & g, size_t max_bytes) {
+    const llama_grammar_stacks saved = g.stacks;
+    std::string out;
+    try {
+        while (!g.stacks.empty()) {
+            const std::optional<uint32_t> c = agreed_char(g);
+            if (!c || *c == 0 || *c > 0x10FFFF) {
+                break;
+            }
+            std::string next = out;
+            append_utf8(next, *c);
+            if (next.size() > max_bytes) {
+                break;
+            }
+            out = std::move(next);
+            llama_grammar_accept(&g, *c);
+        }
+    } catch (...) {
+        g.stacks = saved;
+        throw;
+    }
+    g.stacks = saved;
+    return out;
 }
 
 extern "C" {
@@ -444,6 +510,23 @@ llb_shim_status llb_shim_sampler_apply(llama_sampler * s, llama_token_data_array
             throw shim_error(LLB_SHIM_INVALID, "NULL argument");
         }
         llama_sampler_apply(s, cur);
+    });
+}
+
+llb_shim_status llb_shim_grammar_forced(llama_sampler * s, size_t max_bytes, char ** out_text, char ** err) {
+    return guard(err, [&] {
+        if (!s || !out_text) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL argument");
+        }
+        if (std::strcmp(llama_sampler_name(s), "grammar") != 0) {
+            throw shim_error(LLB_SHIM_INVALID, "not a grammar sampler");
+        }
+        llama_grammar * g = static_cast<llama_sampler_grammar *>(s->ctx)->grammar;
+        std::string out;
+        if (g && !g->awaiting_trigger && g->partial_utf8.n_remain == 0) {
+            out = forced_text(*g, max_bytes);
+        }
+        *out_text = dup_string(out);
     });
 }
 

@@ -168,6 +168,15 @@ llb_shim_status llb_shim_grammar_new(const struct llama_vocab *vocab, const char
 llb_shim_status llb_shim_sampler_accept(struct llama_sampler *s, int32_t token, char **err);
 llb_shim_status llb_shim_sampler_apply(struct llama_sampler *s, struct llama_token_data_array *cur, char **err);
 
+/*
+ * The text the grammar sampler `s` (from llb_shim_grammar_new) forces next: while every grammar
+ * stack expects the same single character, that character, up to `max_bytes` bytes (whole
+ * characters). *out_text is "" when the grammar has a choice or may end here, a lazy grammar
+ * still waits for its trigger, or the last token ended mid-character. The grammar is unchanged.
+ * *out_text is owned by the caller (llb_shim_string_free).
+ */
+llb_shim_status llb_shim_grammar_forced(struct llama_sampler *s, size_t max_bytes, char **out_text, char **err);
+
 #ifdef __cplusplus
 }
 #endif

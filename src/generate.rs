@@ -38,7 +38,10 @@ pub struct Run<'a> {
 struct Output {
     bytes: Vec<u8>,
     gen_tokens: Vec<sys::llama_token>,
+    /// Every token of the reply (usage's completion_tokens), forced ones included.
     n_sampled: usize,
+    /// Of those, the ones jump-forward decoding evaluated without sampling.
+    n_forced: usize,
     eog_piece: String,
     emitted: Emitted,
     ids: Vec<String>,
@@ -152,73 +155,83 @@ impl Run<'_> {
     ) -> Result<Finish> {
         let mut smpl = self.sampler(req, plan)?;
         let max_new = req.max_completion_tokens.or(req.max_tokens).map(|m| m as usize).unwrap_or(usize::MAX);
-        let max_stop = plan.stops.iter().map(String::len).max().unwrap_or(0);
+        // The most tokens this reply may hold.
+        let room = max_new.min(self.max_seq.saturating_sub(n_prompt));
         let vocab = self.prompter.vocab();
         let end_of_turn = end_of_turn(vocab);
         let stream = req.stream.unwrap_or(false);
         let mut syntax = self.call_syntax_tracker(req, plan);
+        let jump = crate::jump::enabled(req, plan);
+        let mut next_progress = PROGRESS_EVERY;
         loop {
-            if out.gen_tokens.len() >= max_new || n_prompt + out.gen_tokens.len() >= self.max_seq {
+            if out.gen_tokens.len() >= room {
                 return Ok(Finish::Length);
             }
-            // One call allowed and the strict grammar is complete after a call: end the turn.
-            let force_end = plan.strict
-                && plan.single_call
-                && end_of_turn >= 0
-                && !out.gen_tokens.is_empty()
-                && smpl.grammar_allows(end_of_turn)?
-                && plan
-                    .parser
-                    .parse(&String::from_utf8_lossy(&out.bytes), true)
-                    .is_ok_and(|m| !m.tool_calls.is_empty());
-            let greedy = syntax.as_ref().is_some_and(|t| t.position() == Position::Wrapper);
-            let tok = if force_end {
-                end_of_turn
-            } else if greedy {
-                smpl.sample_greedy(&logits)?
-            } else {
-                smpl.sample(&logits)?
-            };
-            if let Some(why) = smpl.accept(tok)? {
-                out.warnings.push(json!({"code": "grammar_disabled", "message": format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}")}));
+            // Text the grammar forces at the very start is evaluated without sampling from the
+            // prompt's logits; later spans ride along with the sampled token before them.
+            let mut step = Vec::new();
+            let mut sampled = false;
+            if jump && out.n_sampled == 0 {
+                step = crate::jump::forced_tokens(&mut smpl, self.prompter, plan, room)?;
             }
-            out.n_sampled += 1;
-            // SAFETY: vocab is valid.
-            if unsafe { sys::llama_vocab_is_eog(vocab, tok) } {
-                out.eog_piece = String::from_utf8_lossy(&self.prompter.piece(tok, true)).into_owned();
-                return Ok(Finish::Stop);
-            }
-            let before = out.bytes.len();
-            out.bytes.extend(self.prompter.piece(tok, plan.preserved.contains(&tok)));
-            out.gen_tokens.push(tok);
-            if let Some(t) = syntax.as_mut() {
-                t.feed(&String::from_utf8_lossy(&out.bytes[before..]));
-            }
-            // logprobs: from this step's raw logits row.
-            if let Some(top) = req.logprobs_top() {
-                let lp = crate::logprobs::of(&logits, tok, top);
-                let piece = |t| self.prompter.piece(t, plan.preserved.contains(&t));
-                out.emitted.push_logprob(response::logprob_entry(&lp, piece));
-            }
-            if max_stop > 0 {
-                let from = before.saturating_sub(max_stop - 1);
-                let hit =
-                    plan.stops.iter().filter_map(|s| find(&out.bytes[from..], s.as_bytes()).map(|p| from + p)).min();
-                if let Some(pos) = hit {
-                    out.bytes.truncate(pos);
+            if step.is_empty() {
+                // One call allowed and the strict grammar is complete after a call: end the turn.
+                let force_end = plan.strict
+                    && plan.single_call
+                    && end_of_turn >= 0
+                    && !out.gen_tokens.is_empty()
+                    && smpl.grammar_allows(end_of_turn)?
+                    && plan
+                        .parser
+                        .parse(&String::from_utf8_lossy(&out.bytes), true)
+                        .is_ok_and(|m| !m.tool_calls.is_empty());
+                let greedy = syntax.as_ref().is_some_and(|t| t.position() == Position::Wrapper);
+                let tok = if force_end {
+                    end_of_turn
+                } else if greedy {
+                    smpl.sample_greedy(&logits)?
+                } else {
+                    smpl.sample(&logits)?
+                };
+                if let Some(why) = smpl.accept(tok)? {
+                    out.warnings.push(json!({"code": "grammar_disabled", "message": format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}")}));
+                }
+                // SAFETY: vocab is valid.
+                if unsafe { sys::llama_vocab_is_eog(vocab, tok) } {
+                    out.n_sampled += 1;
+                    out.eog_piece = String::from_utf8_lossy(&self.prompter.piece(tok, true)).into_owned();
                     return Ok(Finish::Stop);
                 }
+                step.push(tok);
+                sampled = true;
+                if jump {
+                    let limit = room - out.gen_tokens.len() - 1;
+                    step.extend(crate::jump::forced_tokens(&mut smpl, self.prompter, plan, limit)?);
+                }
             }
-            ticket.submit(tok);
+            out.n_forced += step.len() - sampled as usize;
+            for (i, &tok) in step.iter().enumerate() {
+                let row = (sampled && i == 0).then_some(&logits[..]);
+                let before = out.bytes.len();
+                let finish = self.record(req, plan, out, tok, row);
+                if let Some(t) = syntax.as_mut() {
+                    t.feed(&String::from_utf8_lossy(&out.bytes[before.min(out.bytes.len())..]));
+                }
+                if let Some(f) = finish {
+                    return Ok(f);
+                }
+            }
+            ticket.submit(&step);
             if let Some(f) = self.partial(plan, resp, out, stream) {
                 return Ok(f);
             }
-            if out.gen_tokens.len().is_multiple_of(PROGRESS_EVERY)
-                && !(self.emit)(
+            if out.gen_tokens.len() >= next_progress {
+                next_progress = out.gen_tokens.len() + PROGRESS_EVERY;
+                if !(self.emit)(
                     &json!({"type": "progress", "stage": "generate", "completion_tokens": out.gen_tokens.len()}),
-                )
-            {
-                return Ok(Finish::Cancelled);
+                ) {
+                    return Ok(Finish::Cancelled);
+                }
             }
             logits = match ticket.recv() {
                 Msg::Logits(l) => l,
@@ -234,6 +247,38 @@ impl Run<'_> {
     fn call_syntax_tracker(&self, req: &ChatRequest, plan: &Plan) -> Option<Tracker> {
         let on = req.deterministic_call_syntax.unwrap_or(self.deterministic_call_syntax);
         plan.call_syntax.as_ref().filter(|_| on).map(|s| s.tracker())
+    }
+
+    /// Appends one token of the reply (sampled from `logits`, or forced when None): its text,
+    /// its logprobs, and a stop string it completes (Some(Stop): the reply ends there).
+    fn record(
+        &self,
+        req: &ChatRequest,
+        plan: &Plan,
+        out: &mut Output,
+        tok: sys::llama_token,
+        logits: Option<&[f32]>,
+    ) -> Option<Finish> {
+        out.n_sampled += 1;
+        let before = out.bytes.len();
+        out.bytes.extend(self.prompter.piece(tok, plan.preserved.contains(&tok)));
+        out.gen_tokens.push(tok);
+        // logprobs: from this step's raw logits row (requests that ask never jump forward).
+        if let (Some(top), Some(logits)) = (req.logprobs_top(), logits) {
+            let lp = crate::logprobs::of(logits, tok, top);
+            let piece = |t| self.prompter.piece(t, plan.preserved.contains(&t));
+            out.emitted.push_logprob(response::logprob_entry(&lp, piece));
+        }
+        let max_stop = plan.stops.iter().map(String::len).max().unwrap_or(0);
+        if max_stop > 0 {
+            let from = before.saturating_sub(max_stop - 1);
+            let hit = plan.stops.iter().filter_map(|s| find(&out.bytes[from..], s.as_bytes()).map(|p| from + p)).min();
+            if let Some(pos) = hit {
+                out.bytes.truncate(pos);
+                return Some(Finish::Stop);
+            }
+        }
+        None
     }
 
     /// Partial parses (for streaming, and to stop at a second call when only one is allowed)
@@ -325,6 +370,7 @@ impl Run<'_> {
             "predicted_n": n,
             "predicted_ms": predicted_ms,
             "predicted_per_second": if predicted_ms > 0.0 { n as f64 * 1e3 / predicted_ms } else { 0.0 },
+            "predicted_forced_n": out.n_forced,
         });
         let mut v = resp.completion(&msg, &out.ids, finish_reason, usage, timings);
         v["choices"][0]["logprobs"] = out.emitted.all_logprobs(req.logprobs_top().is_some());

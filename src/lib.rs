@@ -13,6 +13,7 @@ pub mod ffi;
 pub mod fixture;
 pub mod generate;
 pub mod gguf;
+pub mod jump;
 pub mod logprobs;
 pub mod model;
 pub mod model_info;

@@ -405,6 +405,10 @@ pub struct ChatRequest {
     /// Greedy call wrappers for this request (default: the engine's config, true).
     #[serde(default)]
     pub deterministic_call_syntax: Option<bool>,
+    /// llb's extension: `false` samples text a strict grammar forces token by token instead of
+    /// evaluating it in one batch (jump-forward decoding, on by default; see docs/design.md).
+    #[serde(default)]
+    pub jump_forward: Option<bool>,
 }
 
 /// The resolved tool choice.

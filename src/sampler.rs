@@ -337,6 +337,23 @@ impl Sampler {
         Ok(one[0].logit.is_finite())
     }
 
+    /// The text the grammar forces next, at most `max_bytes` bytes ("" without a grammar, at a
+    /// choice, or while a lazy grammar waits for its trigger). See [`crate::jump`].
+    pub fn forced_text(&mut self, max_bytes: usize) -> Result<String> {
+        if self.grammar.is_null() {
+            return Ok(String::new());
+        }
+        let mut text: *mut c_char = ptr::null_mut();
+        let mut err: *mut c_char = ptr::null_mut();
+        // SAFETY: live grammar sampler made by llb_shim_grammar_new; exceptions caught by the shim.
+        let st = unsafe { sys::llb_shim_grammar_forced(self.grammar, max_bytes, &mut text, &mut err) };
+        shim_err(st, err, "forced grammar text")?;
+        // SAFETY: on success the shim returns a NUL-terminated malloc'd string, freed here once.
+        let out = unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned();
+        unsafe { sys::llb_shim_string_free(text) };
+        Ok(out)
+    }
+
     /// Advances only the grammar (past text that is already in the prompt).
     pub fn accept_grammar(&mut self, token: sys::llama_token) -> Result<()> {
         if self.grammar.is_null() {

@@ -278,11 +278,13 @@ impl Ticket {
         }
     }
 
-    /// Submits the token sampled from the last logits; its logits come as the next message.
-    pub fn submit(&self, token: Token) {
+    /// Submits the token sampled from the last logits, with any text forced after it (one
+    /// multi-token entry of the next batch); the logits after the last one come as the next
+    /// message.
+    pub fn submit(&self, tokens: &[Token]) {
         let mut st = lock(&self.shared.state);
         if let Some(j) = st.jobs.iter_mut().find(|j| j.id == self.id) {
-            j.tokens.push(token);
+            j.tokens.extend_from_slice(tokens);
             j.outstanding = None;
         }
         drop(st);
@@ -567,8 +569,9 @@ impl Worker {
         }
     }
 
-    /// The next batch: one token for every generating request, then prompt chunks (oldest
-    /// request first) up to `n_batch` tokens.
+    /// The next batch: the next step of every generating request (one token, or a token and
+    /// the text forced after it), then prompt chunks (oldest request first) up to `n_batch`
+    /// tokens.
     fn build(&mut self, st: &mut State) -> Vec<Entry> {
         let mut budget = self.shared.config.n_batch as usize;
         let mut entries = Vec::new();
@@ -577,7 +580,7 @@ impl Worker {
             for j in st.jobs.iter().filter(|j| runnable(j)) {
                 let s = j.slot.expect("a running job has a sequence");
                 let pending = j.pending(&st.slots);
-                if pending == 0 || budget == 0 || (pending == 1) != generating {
+                if pending == 0 || budget == 0 || (j.generating || pending == 1) != generating {
                     continue;
                 }
                 let pos = st.slots[s].tokens.len();

@@ -177,6 +177,14 @@ unsafe extern "C" {
         err: *mut *mut ::std::os::raw::c_char,
     ) -> llb_shim_status;
 }
+unsafe extern "C" {
+    pub fn llb_shim_grammar_forced(
+        s: *mut llama_sampler,
+        max_bytes: usize,
+        out_text: *mut *mut ::std::os::raw::c_char,
+        err: *mut *mut ::std::os::raw::c_char,
+    ) -> llb_shim_status;
+}
 pub type FILE = _IO_FILE;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

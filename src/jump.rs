@@ -1,0 +1,78 @@
+//! Jump-forward decoding: text a strict grammar forces (a call's marker, its name, the keys and
+//! separators between argument values) is tokenized and evaluated in one batch instead of being
+//! sampled one model step at a time.
+//!
+//! The forced text comes from the grammar's stacks (the shim extends it while every stack expects
+//! the same character). It is tokenized with the model's tokenizer; the last token of the span
+//! is left to the sampler, so the free text after the span may still merge with the span's end
+//! the way the model would write it. Every forced token is checked against the grammar before it
+//! is accepted: the span ends at the first token the grammar would refuse, or at an
+//! end-of-generation token, and the sampler goes on from there.
+
+use crate::error::Result;
+use crate::prompt::{Plan, Prompter};
+use crate::request::ChatRequest;
+use crate::sampler::Sampler;
+use crate::sys;
+
+/// The most forced text evaluated in one jump (bytes); the rest comes in the next jump.
+pub const MAX_SPAN_BYTES: usize = 512;
+
+/// Whether a request jumps forward: its `jump_forward` switch (default on), under a grammar that
+/// constrains from the first token (strict tool calls, `response_format`), and no logprobs
+/// (forced tokens have no logits row of their own).
+pub fn enabled(req: &ChatRequest, plan: &Plan) -> bool {
+    let constrained = plan.grammar.as_ref().is_some_and(|g| !g.lazy && !g.gbnf.is_empty());
+    req.jump_forward.unwrap_or(true) && constrained && req.logprobs_top().is_none()
+}
+
+/// The tokens of the text the grammar forces now, at most `limit`, already accepted by `smpl`
+/// (grammar and chain). Empty when nothing worth a jump is forced.
+pub fn forced_tokens(
+    smpl: &mut Sampler,
+    prompter: &Prompter,
+    plan: &Plan,
+    limit: usize,
+) -> Result<Vec<sys::llama_token>> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let text = smpl.forced_text(MAX_SPAN_BYTES)?;
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(mut toks) = spell(prompter, plan, &text) else { return Ok(Vec::new()) };
+    // The span's last token may be the start of a longer one that runs into the free text.
+    toks.pop();
+    toks.truncate(limit);
+    let vocab = prompter.vocab();
+    let mut accepted = Vec::with_capacity(toks.len());
+    for t in toks {
+        // SAFETY: the vocab lives as long as the model.
+        if unsafe { sys::llama_vocab_is_eog(vocab, t) } || !smpl.grammar_allows(t)? {
+            break;
+        }
+        let dropped = smpl.accept(t)?.is_some();
+        accepted.push(t);
+        if dropped {
+            break; // cannot happen for an allowed token; never jump on without the grammar
+        }
+    }
+    Ok(accepted)
+}
+
+/// Tokens whose rendered pieces (as the output renders them) are exactly `text`: the
+/// tokenizer's own split when it spells the text (SPM may add a leading space), else the
+/// longest-match spelling over the vocabulary.
+fn spell(prompter: &Prompter, plan: &Plan, text: &str) -> Option<Vec<sys::llama_token>> {
+    let spells = |toks: &[sys::llama_token]| {
+        let mut bytes = Vec::with_capacity(text.len());
+        toks.iter().for_each(|&t| bytes.extend(prompter.piece(t, plan.preserved.contains(&t))));
+        bytes == text.as_bytes()
+    };
+    let toks = prompter.tokenize(text).ok()?;
+    if spells(&toks) {
+        return Some(toks);
+    }
+    prompter.exact_tokens(text).filter(|t| spells(t))
+}
