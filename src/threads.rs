@@ -12,8 +12,16 @@ use std::sync::{Condvar, Mutex, OnceLock};
 
 struct Budget {
     total: usize,
-    free: Mutex<usize>,
+    state: Mutex<State>,
     freed: Condvar,
+}
+
+struct State {
+    free: usize,
+    /// Decodes waiting for a thread.
+    waiting: usize,
+    /// Decodes holding threads.
+    holders: usize,
 }
 
 fn budget() -> &'static Budget {
@@ -25,7 +33,7 @@ fn budget() -> &'static Budget {
             .and_then(|v| v.trim().parse::<usize>().ok())
             .filter(|n| *n > 0)
             .unwrap_or(cores);
-        Budget { total, free: Mutex::new(total), freed: Condvar::new() }
+        Budget { total, state: Mutex::new(State { free: total, waiting: 0, holders: 0 }), freed: Condvar::new() }
     })
 }
 
@@ -39,24 +47,33 @@ pub struct Permit {
     pub n: usize,
 }
 
-/// Waits until at least one thread is free, then takes up to `want` (at least 1).
+/// Waits until at least one thread is free, then takes up to `want` (at least 1) — but no more
+/// than a fair share when other decodes wait or run: for a small model one decode on 2 threads
+/// gains less than two decodes on 1 thread each, so under contention everybody gets
+/// `total / contenders` (8 default engines on 2 cores then run 2 at a time on 1 thread each).
 pub fn acquire(want: usize) -> Permit {
     let b = budget();
     let want = want.clamp(1, b.total);
-    let mut free = b.free.lock().unwrap_or_else(|p| p.into_inner());
-    while *free == 0 {
-        free = b.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+    let mut st = b.state.lock().unwrap_or_else(|p| p.into_inner());
+    st.waiting += 1;
+    while st.free == 0 {
+        st = b.freed.wait(st).unwrap_or_else(|p| p.into_inner());
     }
-    let n = want.min(*free);
-    *free -= n;
+    st.waiting -= 1;
+    let contenders = 1 + st.waiting + st.holders;
+    let share = (b.total / contenders).max(1);
+    let n = want.min(st.free).min(share);
+    st.free -= n;
+    st.holders += 1;
     Permit { n }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
         let b = budget();
-        let mut free = b.free.lock().unwrap_or_else(|p| p.into_inner());
-        *free += self.n;
+        let mut st = b.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.free += self.n;
+        st.holders -= 1;
         b.freed.notify_all();
     }
 }
@@ -65,8 +82,12 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
+    /// The budget is process-wide: these tests must not overlap.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     #[test]
     fn permits_never_exceed_the_budget() {
+        let _serial = SERIAL.lock().unwrap();
         let total = total();
         let a = acquire(usize::MAX);
         assert_eq!(a.n, total);
@@ -76,5 +97,18 @@ mod tests {
         drop(a);
         assert_eq!(t.join().unwrap(), 1);
         assert_eq!(acquire(0).n, 1, "at least one thread");
+    }
+
+    #[test]
+    fn a_decode_takes_a_fair_share_while_others_run() {
+        if total() < 2 {
+            return;
+        }
+        let _serial = SERIAL.lock().unwrap();
+        let a = acquire(1);
+        let b = acquire(usize::MAX);
+        assert_eq!(b.n, (total() / 2).max(1).min(total() - 1), "one other decode runs: half the budget");
+        drop((a, b));
+        assert_eq!(acquire(usize::MAX).n, total(), "alone: everything it wants");
     }
 }
