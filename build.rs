@@ -527,7 +527,14 @@ fn build_zero_pages(manifest: &Path) {
         return;
     }
     println!("cargo:rerun-if-changed=native/zero_pages.c");
-    cc::Build::new().file(manifest.join("native/zero_pages.c")).opt_level(2).pic(true).compile("llb_zero_pages");
+    // The object itself goes on every link line (not in an archive): with --wrap, references to
+    // memset from any object, the standard library's included, must find __wrap_memset
+    // whatever the archive order, also in test binaries that do not use llb.
+    let objects =
+        cc::Build::new().file(manifest.join("native/zero_pages.c")).opt_level(2).pic(true).compile_intermediates();
+    for o in objects {
+        println!("cargo:rustc-link-arg={}", o.display());
+    }
     println!("cargo:rustc-link-arg=-Wl,--wrap=memset");
 }
 
