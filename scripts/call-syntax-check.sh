@@ -5,6 +5,6 @@
 # N=200 takes about 30-40 min on a loaded 2-core machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export LLB_SMOLLM2="$(./scripts/smollm2.sh | tail -1)"
+export LLB_SMOLLM2_TOOLS="$(./scripts/smollm2.sh | tail -1)"
 export LLB_CALL_SYNTAX_N="${1:-200}"
 cargo test --release --test call_syntax real_weights -- --nocapture

@@ -38,10 +38,11 @@ pub fn forced_tokens(
         return Ok(Vec::new());
     }
     let text = smpl.forced_text(MAX_SPAN_BYTES)?;
+    let text = before_partial_special(prompter, plan, &text);
     if text.is_empty() {
         return Ok(Vec::new());
     }
-    let Some(mut toks) = spell(prompter, plan, &text) else { return Ok(Vec::new()) };
+    let Some(mut toks) = spell(prompter, plan, text) else { return Ok(Vec::new()) };
     // The span's last token may be the start of a longer one that runs into the free text.
     toks.pop();
     toks.truncate(limit);
@@ -59,6 +60,21 @@ pub fn forced_tokens(
         }
     }
     Ok(accepted)
+}
+
+/// `text` up to where its end could be the start of a preserved token (Gemma 4's `<|` before
+/// `<|tool_call>` or `<|channel>`): forced as plain text, such a prefix would keep the model from
+/// writing the special token whole, so the sampler goes on from there.
+fn before_partial_special<'a>(prompter: &Prompter, plan: &Plan, text: &'a str) -> &'a str {
+    let specials: Vec<Vec<u8>> = plan.preserved.iter().map(|&t| prompter.piece(t, true)).collect();
+    let longest = specials.iter().map(Vec::len).max().unwrap_or(0);
+    let b = text.as_bytes();
+    let from = b.len().saturating_sub(longest.saturating_sub(1));
+    let partial = |i: usize| specials.iter().any(|sp| sp.len() > b.len() - i && sp.starts_with(&b[i..]));
+    match (from..b.len()).find(|&i| text.is_char_boundary(i) && partial(i)) {
+        Some(i) => &text[..i],
+        None => text,
+    }
 }
 
 /// Tokens whose rendered pieces (as the output renders them) are exactly `text`: the

@@ -52,6 +52,16 @@ fn request(seed: u64, syntax: Option<bool>) -> Value {
     r
 }
 
+/// The request with every token sampled (`jump_forward: false`): the tests of the switch's off
+/// side compare wrappers the request's sampler picks token by token. With jump-forward, the
+/// marker and `{"name": "` are forced, and on these random weights the context after them
+/// favours one tool whatever the seed (the choice is still the sampler's).
+fn request_tokenwise(seed: u64, syntax: Option<bool>) -> Value {
+    let mut r = request(seed, syntax);
+    r["jump_forward"] = json!(false);
+    r
+}
+
 /// (tool name, argument keys in order) and the arguments, of the response's one call.
 fn call_of(label: &str, r: &Value) -> ((String, Vec<String>), String) {
     let c = &r["choices"][0];
@@ -95,7 +105,10 @@ fn with_the_switch_off_the_wrapper_is_sampled() {
     let path = corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false);
     let e = CEngine::open_model(&path);
     let calls = |e: &CEngine, syntax: Option<bool>| -> Vec<((String, Vec<String>), String)> {
-        SEEDS.iter().map(|&s| call_of(&format!("seed {s}, switch {syntax:?}"), &e.infer(&request(s, syntax)))).collect()
+        SEEDS
+            .iter()
+            .map(|&s| call_of(&format!("seed {s}, switch {syntax:?}"), &e.infer(&request_tokenwise(s, syntax))))
+            .collect()
     };
     let names =
         |c: &[((String, Vec<String>), String)]| -> BTreeSet<String> { c.iter().map(|c| c.0 .0.clone()).collect() };
@@ -106,8 +119,8 @@ fn with_the_switch_off_the_wrapper_is_sampled() {
     let config_off =
         CEngine::open(&json!({"model_path": path, "n_ctx": 4096, "n_threads": 1, "deterministic_call_syntax": false}))
             .unwrap();
-    assert_eq!(call_of("config off", &config_off.infer(&request(SEEDS[0], None))), off[0]);
-    assert_eq!(call_of("config off, request on", &config_off.infer(&request(SEEDS[0], Some(true)))), on[0]);
+    assert_eq!(call_of("config off", &config_off.infer(&request_tokenwise(SEEDS[0], None))), off[0]);
+    assert_eq!(call_of("config off, request on", &config_off.infer(&request_tokenwise(SEEDS[0], Some(true)))), on[0]);
 }
 
 /// In `auto` mode, every token before a call opens is the request's sampler's, switch on or off:
@@ -147,7 +160,8 @@ fn a_pool_keeps_wrappers_greedy_under_concurrency() {
     let path = corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false);
     let concurrent = |pool: &CPool, syntax: Option<bool>| -> Vec<((String, Vec<String>), String)> {
         std::thread::scope(|s| {
-            let hs: Vec<_> = SEEDS.iter().map(|&seed| s.spawn(move || pool.infer(&request(seed, syntax)))).collect();
+            let hs: Vec<_> =
+                SEEDS.iter().map(|&seed| s.spawn(move || pool.infer(&request_tokenwise(seed, syntax)))).collect();
             hs.into_iter()
                 .enumerate()
                 .map(|(i, h)| call_of(&format!("pool seed {}", SEEDS[i]), &h.join().unwrap()))
@@ -177,15 +191,16 @@ fn the_switch_must_be_a_boolean() {
     assert!(ev["message"].as_str().unwrap().contains("deterministic_call_syntax"), "{ev}");
 }
 
-/// SmolLM2-135M-Instruct with the Qwen2.5 tool template, at `LLB_SMOLLM2` (`scripts/smollm2.sh`
-/// prints the path; `scripts/call-syntax-check.sh` sets it).
+/// SmolLM2-135M-Instruct with the Qwen2.5 tool template, at `LLB_SMOLLM2_TOOLS`
+/// (`scripts/smollm2.sh` prints the path; test-all.sh and `scripts/call-syntax-check.sh` set it).
 fn smollm2() -> Result<std::path::PathBuf, String> {
-    let p = std::env::var_os("LLB_SMOLLM2").ok_or("LLB_SMOLLM2 is not set (scripts/call-syntax-check.sh sets it)")?;
+    let p = std::env::var_os("LLB_SMOLLM2_TOOLS")
+        .ok_or("LLB_SMOLLM2_TOOLS is not set (test-all.sh and scripts/call-syntax-check.sh set it)")?;
     let p = std::path::PathBuf::from(p);
     if p.is_file() {
         Ok(p)
     } else {
-        Err(format!("LLB_SMOLLM2={} is not a file", p.display()))
+        Err(format!("LLB_SMOLLM2_TOOLS={} is not a file", p.display()))
     }
 }
 
@@ -204,7 +219,8 @@ fn real_weights_tally(e: &CEngine, n: u64, syntax: bool) -> Tally {
     let mut t = Tally::default();
     for seed in 0..n {
         let r = e.infer(
-            &json!({"messages": [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}],
+            &json!({"messages": [{"role": "system", "content": "You are an assistant that answers by calling the right tool."},
+                {"role": "user", "content": "What is the weather in Paris for the next 3 days?"}],
             "tools": llb::fixture::sample_tools(), "tool_choice": "auto", "parallel_tool_calls": false,
             "temperature": 1.0, "seed": seed, "max_tokens": 160, "deterministic_call_syntax": syntax}),
         );
@@ -235,7 +251,8 @@ fn real_weights_tally(e: &CEngine, n: u64, syntax: bool) -> Tally {
 }
 
 /// Real weights in `auto` mode: every call that starts parses, and argument values still vary
-/// with the seed. Runs only with `LLB_SMOLLM2` set (CI does not fetch SmolLM2):
+/// with the seed. Runs with `LLB_SMOLLM2_TOOLS` set (test-all.sh fetches SmolLM2; CI runs the
+/// default 12 seeds per setting):
 /// `scripts/call-syntax-check.sh [N]` runs N (default 200) seeds per setting and prints the
 /// figures in docs/tool-calls.md; `LLB_CALL_SYNTAX_N` (default 12) otherwise. SmolLM2 calls in
 /// about 4 % of these replies: only a large N says much.
