@@ -137,6 +137,7 @@ fn a_pool_serves_concurrent_real_conversations() {
         assert!(args["city"].as_str().unwrap().contains(city), "{city}: {r}");
     }
     // The four prompts share the tool list and the template's system text: later ones copied it.
-    let shared: u64 = results.iter().map(|r| r["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap()).sum();
+    let shared: u64 =
+        results.iter().map(|r| r["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap()).sum();
     assert!(shared > 0, "no prefix was shared across the 4 conversations: {results:?}");
 }

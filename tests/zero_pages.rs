@@ -15,7 +15,8 @@ const MB: usize = 1 << 20;
 
 fn rss_anon_mb() -> f64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: f64 = s.lines().find(|l| l.starts_with("RssAnon:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let kb: f64 =
+        s.lines().find(|l| l.starts_with("RssAnon:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
     kb / 1024.0
 }
 
@@ -91,7 +92,9 @@ fn a_pools_kv_budget_is_resident_only_as_used() {
     let growth = |cells: u32| {
         let before = rss_anon_mb();
         let pool = CPool::open(&json!({"model_path": path, "n_ctx": cells, "n_threads": 1, "n_parallel": 2})).unwrap();
-        let r = pool.infer(&json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0}));
+        let r = pool.infer(
+            &json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0}),
+        );
         assert_eq!(r["object"], "chat.completion", "{r}");
         let g = rss_anon_mb() - before;
         drop(pool);
