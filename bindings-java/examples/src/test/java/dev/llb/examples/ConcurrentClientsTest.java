@@ -86,8 +86,8 @@ class ConcurrentClientsTest {
             out.put("cached_tokens", root.path("usage").path("prompt_tokens_details").path("cached_tokens").asInt());
             return out;
         }
-        StringBuilder name = new StringBuilder();
-        StringBuilder arguments = new StringBuilder();
+        // Deltas grouped by their call's index (parallel calls are allowed; the test checks the first).
+        List<StringBuilder[]> parts = new ArrayList<>();
         boolean done = false;
         for (String line : resp.body().split("\n")) {
             if (!line.startsWith("data: ")) {
@@ -103,12 +103,19 @@ class ConcurrentClientsTest {
                 out.put("cached_tokens", chunk.path("usage").path("prompt_tokens_details").path("cached_tokens").asInt());
             }
             for (JsonNode tc : chunk.path("choices").path(0).path("delta").path("tool_calls")) {
-                name.append(tc.path("function").path("name").asText(""));
-                arguments.append(tc.path("function").path("arguments").asText(""));
+                int index = tc.path("index").asInt(-1);
+                assertTrue(index >= 0 && index <= parts.size(), "a tool call delta's index: " + tc);
+                if (index == parts.size()) {
+                    parts.add(new StringBuilder[] {new StringBuilder(), new StringBuilder()});
+                }
+                parts.get(index)[0].append(tc.path("function").path("name").asText(""));
+                parts.get(index)[1].append(tc.path("function").path("arguments").asText(""));
             }
         }
         assertTrue(done, "the stream ended without [DONE]: " + resp.body());
-        calls.addObject().put("name", name.toString()).put("arguments", arguments.toString());
+        for (StringBuilder[] p : parts) {
+            calls.addObject().put("name", p[0].toString()).put("arguments", p[1].toString());
+        }
         return out;
     }
 }
