@@ -182,6 +182,16 @@ impl HostCallback {
     }
 }
 
+/// The create config of an engine or a pool: text, then JSON.
+///
+/// # Safety
+/// `config_json` is NULL or a NUL-terminated string.
+unsafe fn engine_config(config_json: *const c_char) -> crate::error::Result<crate::request::EngineConfig> {
+    // SAFETY: forwarded caller contract.
+    let text = unsafe { arg_str(config_json, "config_json") }?;
+    crate::request::parse::<crate::request::EngineConfig>(text, "config")
+}
+
 /// Opens an engine for the model in `config_json`:
 /// `{"model_path":"...","n_ctx":4096,"n_threads":null,"n_batch":512,"seed":null,"chat_template_kwargs":{}}`.
 /// `"deterministic_call_syntax": false` turns off greedy call wrappers (on by default: inside a
@@ -238,11 +248,7 @@ pub unsafe extern "C" fn llb_chat_create(
         || fail(&Error::new(ErrorCode::Internal, panic_message())),
         || {
             // SAFETY: forwarded caller contract.
-            let text = match unsafe { arg_str(config_json, "config_json") } {
-                Ok(t) => t,
-                Err(e) => return fail(&e),
-            };
-            let config = match crate::request::parse::<crate::request::EngineConfig>(text, "config") {
+            let config = match unsafe { engine_config(config_json) } {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
@@ -367,11 +373,7 @@ pub unsafe extern "C" fn llb_pool_create(
         || fail(&Error::new(ErrorCode::Internal, panic_message())),
         || {
             // SAFETY: forwarded caller contract.
-            let text = match unsafe { arg_str(config_json, "config_json") } {
-                Ok(t) => t,
-                Err(e) => return fail(&e),
-            };
-            let config = match crate::request::parse::<crate::request::EngineConfig>(text, "config") {
+            let config = match unsafe { engine_config(config_json) } {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };

@@ -10,15 +10,6 @@ use common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
-const FAMILIES: [(&str, &str); 6] = [
-    ("json-in-tags (Qwen2.5)", "Qwen-Qwen2.5-7B-Instruct"),
-    ("llama-3 json (Llama-3.1)", "meta-llama-Llama-3.1-8B-Instruct"),
-    ("mistral (Mistral-Nemo)", "mistralai-Mistral-Nemo-Instruct-2407"),
-    ("gemma 4", "google-gemma-4-31B-it"),
-    ("xml raw-text (Qwen3-Coder)", "Qwen3-Coder"),
-    ("gpt-oss", "openai-gpt-oss-120b"),
-];
-
 const SEEDS: [u64; 6] = [1, 2, 3, 4, 5, 6];
 
 /// Three tools whose every argument is required and bounded (random weights close no free

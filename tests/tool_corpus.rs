@@ -18,15 +18,6 @@ use common::*;
 use serde_json::{json, Value};
 use std::time::Instant;
 
-const FAMILIES: [(&str, &str); 6] = [
-    ("json-in-tags (Qwen2.5)", "Qwen-Qwen2.5-7B-Instruct"),
-    ("llama-3 json (Llama-3.1)", "meta-llama-Llama-3.1-8B-Instruct"),
-    ("mistral (Mistral-Nemo)", "mistralai-Mistral-Nemo-Instruct-2407"),
-    ("gemma 4", "google-gemma-4-31B-it"),
-    ("xml raw-text (Qwen3-Coder)", "Qwen3-Coder"),
-    ("gpt-oss", "openai-gpt-oss-120b"),
-];
-
 /// Every tool of the corpus as an OpenAI tool, in file order.
 fn corpus() -> Vec<Value> {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tool-corpus.json")).unwrap();

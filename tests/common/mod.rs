@@ -7,6 +7,17 @@ use llb::fixture::{self, FixtureOptions};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once};
 
+/// Six template families, one per call format (label, corpus template): JSON in tags, Llama-3
+/// JSON, Mistral, Gemma 4, raw-text XML, gpt-oss.
+pub const FAMILIES: [(&str, &str); 6] = [
+    ("json-in-tags (Qwen2.5)", "Qwen-Qwen2.5-7B-Instruct"),
+    ("llama-3 json (Llama-3.1)", "meta-llama-Llama-3.1-8B-Instruct"),
+    ("mistral (Mistral-Nemo)", "mistralai-Mistral-Nemo-Instruct-2407"),
+    ("gemma 4", "google-gemma-4-31B-it"),
+    ("xml raw-text (Qwen3-Coder)", "Qwen3-Coder"),
+    ("gpt-oss", "openai-gpt-oss-120b"),
+];
+
 /// This process's fixture folder; folders of test processes that are gone are removed first.
 pub fn fixtures_dir() -> PathBuf {
     static CLEAN: Once = Once::new();
