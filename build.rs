@@ -315,9 +315,9 @@ impl Backends {
                 cuda_root()
             ));
         }
-        if self.vulkan && which("glslc").is_none() {
+        if self.vulkan && (which("glslc").is_none() || which("glslangValidator").is_none()) {
             fail(
-                "LLB_VULKAN=1 needs the Vulkan headers and loader and the glslc shader compiler: `sudo apt-get install libvulkan-dev glslc` (Debian 12: glslc is in bookworm-backports, or install the LunarG SDK)",
+                "LLB_VULKAN=1 needs the Vulkan headers and loader and the glslc and glslangValidator shader compilers and the SPIR-V headers: `sudo apt-get install libvulkan-dev glslc glslang-tools spirv-headers` (Debian 12), or the LunarG SDK",
             );
         }
     }

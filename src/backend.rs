@@ -377,7 +377,13 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
     }
     let all = devices();
     let mut lp = LoadParams::default();
-    for name in config.devices.iter().flatten() {
+    // `["none"]`, as llama.cpp's `--device none`: no GPU at all, not even for the big batches
+    // llama.cpp would otherwise hand to a GPU while every layer stays on the CPU.
+    let none = config.devices.as_deref().is_some_and(|d| d.iter().any(|n| n == "none"));
+    if none && config.devices.as_ref().is_some_and(|d| d.len() > 1) {
+        bail!(InvalidArgument, "field `devices`: `none` (the CPU only) cannot be listed with other devices");
+    }
+    for name in config.devices.iter().flatten().filter(|_| !none) {
         match all.iter().find(|d| &d.name == name) {
             None => return Err(unknown_device(name, &all)),
             Some(d) if !d.is_gpu() => bail!(
@@ -398,7 +404,7 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
         if seen.len() != d.len() {
             bail!(InvalidArgument, "field `devices`: a device is listed twice");
         }
-        lp.devices = Some(d.clone());
+        lp.devices = Some(if none { Vec::new() } else { d.clone() });
     }
     // RPC servers registered for other engines are not this one's: name the devices explicitly
     // whenever any are registered (llama.cpp's default would take every registered server).

@@ -74,6 +74,11 @@ fn every_device_and_kv_field_is_validated_at_create() {
     refused(json!({"devices": ["CPU"]}), "invalid_argument", "devices");
     refused(json!({"devices": []}), "invalid_argument", "devices");
     refused(json!({"devices": "CUDA0"}), "invalid_argument", "devices");
+    refused(json!({"devices": ["none", "CUDA0"]}), "invalid_argument", "none");
+    // `none` (llama.cpp's `--device none`) is the CPU alone, and cannot take offloaded layers.
+    refused(json!({"devices": ["none"], "n_gpu_layers": 1}), "device_unavailable", "n_gpu_layers");
+    let e = CEngine::open(&config(&tiny(), json!({"devices": ["none"]}))).unwrap_or_else(|f| panic!("{f}"));
+    assert_valid_call(&e.infer(&required()));
     refused(json!({"flash_attn": "maybe"}), "invalid_argument", "flash_attn");
     refused(json!({"flash_attn": true}), "invalid_argument", "flash_attn");
     refused(json!({"offload_kqv": "yes"}), "invalid_argument", "offload_kqv");
@@ -257,7 +262,8 @@ fn vulkan_offload_matches_the_cpu() {
         m["tool_calls"].as_array_mut().unwrap().iter_mut().for_each(|c| c["id"] = Value::Null);
         m
     };
-    let cpu = strip(CEngine::open(&config(&path, json!({"n_gpu_layers": 0}))).unwrap().infer(&required()));
+    // The CPU alone: with `n_gpu_layers: 0` llama.cpp would still hand big batches to the GPU.
+    let cpu = strip(CEngine::open(&config(&path, json!({"devices": ["none"]}))).unwrap().infer(&required()));
     let gpu = CEngine::open(&config(&path, json!({"n_gpu_layers": -1, "devices": [vk.name]})))
         .unwrap_or_else(|f| panic!("{}: {f}", vk.name));
     assert_eq!(strip(gpu.infer(&required())), cpu, "{} ({}) differs from the CPU", vk.name, vk.description);
