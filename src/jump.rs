@@ -3,11 +3,11 @@
 //! sampled one model step at a time.
 //!
 //! The forced text comes from the grammar's stacks (the shim extends it while every stack expects
-//! the same character). It is tokenized with the model's tokenizer; the last token of the span
-//! is left to the sampler, so the free text after the span may still merge with the span's end
-//! the way the model would write it. Every forced token is checked against the grammar before it
-//! is accepted: the span ends at the first token the grammar would refuse, or at an
-//! end-of-generation token, and the sampler goes on from there.
+//! the same character). It is tokenized with the model's tokenizer. The span's last token is left
+//! to the sampler when a longer token the grammar allows extends it, so the free text after the
+//! span may still merge with the span's end the way the model would write it. Every forced token
+//! is checked against the grammar before it is accepted: the span ends at the first token the
+//! grammar would refuse, or at an end-of-generation token, and the sampler goes on from there.
 
 use crate::error::Result;
 use crate::prompt::{Plan, Prompter};
@@ -43,14 +43,16 @@ pub fn forced_tokens(
         return Ok(Vec::new());
     }
     let Some(mut toks) = spell(prompter, plan, text) else { return Ok(Vec::new()) };
-    // The span's last token may be the start of a longer one that runs into the free text.
-    toks.pop();
+    let whole = toks.len() <= limit;
     toks.truncate(limit);
     let vocab = prompter.vocab();
     let mut accepted = Vec::with_capacity(toks.len());
-    for t in toks {
+    for (i, &t) in toks.iter().enumerate() {
         // SAFETY: the vocab lives as long as the model.
         if unsafe { sys::llama_vocab_is_eog(vocab, t) } || !smpl.grammar_allows(t)? {
+            break;
+        }
+        if whole && i + 1 == toks.len() && may_run_on(smpl, prompter, t)? {
             break;
         }
         let dropped = smpl.accept(t)?.is_some();
@@ -60,6 +62,17 @@ pub fn forced_tokens(
         }
     }
     Ok(accepted)
+}
+
+/// Whether the span's last token `t` may be the start of a longer token that runs into the free
+/// text after the span (` "` before a string value that begins `/`: ` "/`): some token whose
+/// piece extends `t`'s is allowed by the grammar here. Such a token is left to the sampler, so
+/// the reply is spelled the way the model would write it; a token nothing allowed extends (the
+/// end of a call, before the end of the turn) is forced with the rest.
+fn may_run_on(smpl: &mut Sampler, prompter: &Prompter, t: sys::llama_token) -> Result<bool> {
+    let piece = prompter.piece(t, true);
+    let longer: Vec<_> = prompter.pieces().extensions(&piece).collect();
+    smpl.grammar_allows_any(&longer)
 }
 
 /// `text` up to where its end could be the start of a preserved token (Gemma 4's `<|` before

@@ -68,10 +68,15 @@ impl Prompter {
         unsafe { crate::tokens::piece(self.vocab(), token, special) }
     }
 
+    /// The vocabulary's pieces, indexed on first need.
+    pub fn pieces(&self) -> &PieceIndex {
+        // SAFETY: as above.
+        self.pieces.get_or_init(|| unsafe { PieceIndex::build(self.vocab()) })
+    }
+
     /// Tokens whose pieces spell `text` exactly (see [`PieceIndex::spell`]).
     pub fn exact_tokens(&self, text: &str) -> Option<Vec<sys::llama_token>> {
-        // SAFETY: as above.
-        self.pieces.get_or_init(|| unsafe { PieceIndex::build(self.vocab()) }).spell(text)
+        self.pieces().spell(text)
     }
 
     /// The template's kwargs: the engine's, then the request's `reasoning_effort` (thinking off

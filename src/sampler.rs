@@ -325,16 +325,24 @@ impl Sampler {
 
     /// Whether the grammar (when there is one) admits `token` next.
     pub fn grammar_allows(&mut self, token: sys::llama_token) -> Result<bool> {
+        self.grammar_allows_any(&[token])
+    }
+
+    /// Whether the grammar, in its current state, accepts any of `tokens` next.
+    pub fn grammar_allows_any(&mut self, tokens: &[sys::llama_token]) -> Result<bool> {
         if self.grammar.is_null() {
             return Ok(true);
         }
-        let mut one = [sys::llama_token_data { id: token, logit: 1.0, p: 0.0 }];
-        let mut arr = sys::llama_token_data_array { data: one.as_mut_ptr(), size: 1, selected: -1, sorted: false };
+        if tokens.is_empty() {
+            return Ok(false);
+        }
+        let mut data: Vec<_> = tokens.iter().map(|&id| sys::llama_token_data { id, logit: 1.0, p: 0.0 }).collect();
+        let mut arr = sys::llama_token_data_array { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
         let mut err: *mut c_char = ptr::null_mut();
-        // SAFETY: arr points to `one`, alive for the call.
+        // SAFETY: arr points to `data`, alive for the call.
         let st = unsafe { sys::llb_shim_sampler_apply(self.grammar, &mut arr, &mut err) };
         shim_err(st, err, "grammar check")?;
-        Ok(one[0].logit.is_finite())
+        Ok(data[..arr.size].iter().any(|d| d.logit.is_finite()))
     }
 
     /// The text the grammar forces next, at most `max_bytes` bytes ("" without a grammar, at a

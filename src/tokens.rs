@@ -2,7 +2,7 @@
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::sys;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// llama.cpp's buffer protocol: `call(buf)` returns the count written, or minus the size it needs.
 /// Calls once, and once more with the size asked for; None when it still fails.
@@ -59,8 +59,9 @@ pub unsafe fn piece(vocab: *const sys::llama_vocab, token: sys::llama_token, spe
     .unwrap_or_default()
 }
 
-/// Piece bytes → token, for spelling text exactly in tokens (built once per model on first need).
-pub struct PieceIndex(HashMap<Vec<u8>, sys::llama_token>);
+/// Piece bytes → token, in byte order, for spelling text exactly in tokens and for finding the
+/// tokens that extend a piece (built once per model on first need).
+pub struct PieceIndex(BTreeMap<Vec<u8>, sys::llama_token>);
 
 impl PieceIndex {
     /// # Safety
@@ -68,13 +69,15 @@ impl PieceIndex {
     pub unsafe fn build(vocab: *const sys::llama_vocab) -> PieceIndex {
         // SAFETY: caller contract.
         let n = unsafe { sys::llama_vocab_n_tokens(vocab) };
-        let mut m = HashMap::with_capacity(n as usize);
-        for t in 0..n {
-            // SAFETY: caller contract.
-            let p = unsafe { piece(vocab, t, true) };
-            if !p.is_empty() {
-                m.entry(p).or_insert(t);
-            }
+        // SAFETY: caller contract.
+        PieceIndex::from_pieces((0..n).map(|t| (unsafe { piece(vocab, t, true) }, t)))
+    }
+
+    /// The index of `pieces` (the first token of a piece wins; empty pieces are left out).
+    pub fn from_pieces(pieces: impl IntoIterator<Item = (Vec<u8>, sys::llama_token)>) -> PieceIndex {
+        let mut m = BTreeMap::new();
+        for (p, t) in pieces.into_iter().filter(|(p, _)| !p.is_empty()) {
+            m.entry(p).or_insert(t);
         }
         PieceIndex(m)
     }
@@ -93,5 +96,30 @@ impl PieceIndex {
             i += len;
         }
         Some(out)
+    }
+
+    /// The tokens whose pieces start with `prefix` and are longer than it.
+    pub fn extensions<'a>(&'a self, prefix: &'a [u8]) -> impl Iterator<Item = sys::llama_token> + 'a {
+        let after = (std::ops::Bound::Excluded(prefix), std::ops::Bound::Unbounded);
+        self.0.range::<[u8], _>(after).take_while(move |(p, _)| p.starts_with(prefix)).map(|(_, &t)| t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PieceIndex;
+
+    #[test]
+    fn extensions_are_the_longer_pieces_a_piece_starts() {
+        let pieces = [" \"", " \"/", " \"\"", " \"", "\"", " ", " \"/usr", " #", "x"];
+        let idx = PieceIndex::from_pieces(pieces.iter().enumerate().map(|(i, p)| (p.as_bytes().to_vec(), i as i32)));
+        let mut ext: Vec<i32> = idx.extensions(b" \"").collect();
+        ext.sort();
+        // ` "/`, ` ""` and ` "/usr`: not the piece itself, nor its duplicate (token 3).
+        assert_eq!(ext, [1, 2, 6]);
+        assert_eq!(idx.extensions(b"x").count(), 0);
+        assert_eq!(idx.extensions(b"\"").count(), 0, "a piece is not extended by pieces that merely contain it");
+        assert_eq!(idx.extensions(b" ").count(), 5);
+        assert_eq!(idx.spell(" \"/usr\"x"), Some(vec![6, 4, 8]), "longest match first");
     }
 }
