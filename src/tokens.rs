@@ -2,7 +2,6 @@
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::sys;
-use std::collections::BTreeMap;
 
 /// llama.cpp's buffer protocol: `call(buf)` returns the count written, or minus the size it needs.
 /// Calls once, and once more with the size asked for; None when it still fails.
@@ -60,8 +59,13 @@ pub unsafe fn piece(vocab: *const sys::llama_vocab, token: sys::llama_token, spe
 }
 
 /// Piece bytes → token, in byte order, for spelling text exactly in tokens and for finding the
-/// tokens that extend a piece (built once per model on first need).
-pub struct PieceIndex(BTreeMap<Vec<u8>, sys::llama_token>);
+/// tokens that extend a piece (built once per model on first need). Every piece lives in one
+/// buffer and the index is one sorted array: two allocations, whatever the vocabulary's size.
+pub struct PieceIndex {
+    bytes: Vec<u8>,
+    /// (start in `bytes`, length, token), sorted by the piece; one entry per distinct piece.
+    entries: Vec<(u32, u32, sys::llama_token)>,
+}
 
 impl PieceIndex {
     /// # Safety
@@ -75,11 +79,28 @@ impl PieceIndex {
 
     /// The index of `pieces` (the first token of a piece wins; empty pieces are left out).
     pub fn from_pieces(pieces: impl IntoIterator<Item = (Vec<u8>, sys::llama_token)>) -> PieceIndex {
-        let mut m = BTreeMap::new();
+        let mut idx = PieceIndex { bytes: Vec::new(), entries: Vec::new() };
         for (p, t) in pieces.into_iter().filter(|(p, _)| !p.is_empty()) {
-            m.entry(p).or_insert(t);
+            idx.entries.push((idx.bytes.len() as u32, p.len() as u32, t));
+            idx.bytes.extend_from_slice(&p);
         }
-        PieceIndex(m)
+        let bytes = std::mem::take(&mut idx.bytes);
+        let at = |&(start, len, _): &(u32, u32, sys::llama_token)| &bytes[start as usize..(start + len) as usize];
+        // Stable: among equal pieces the first token stays first, and dedup keeps it.
+        idx.entries.sort_by(|x, y| at(x).cmp(at(y)));
+        idx.entries.dedup_by(|later, first| at(later) == at(first));
+        idx.entries.shrink_to_fit();
+        idx.bytes = bytes;
+        idx
+    }
+
+    fn piece_of(&self, &(start, len, _): &(u32, u32, sys::llama_token)) -> &[u8] {
+        &self.bytes[start as usize..(start + len) as usize]
+    }
+
+    fn get(&self, piece: &[u8]) -> Option<sys::llama_token> {
+        let i = self.entries.partition_point(|e| self.piece_of(e) < piece);
+        self.entries.get(i).filter(|e| self.piece_of(e) == piece).map(|e| e.2)
     }
 
     /// Tokens whose pieces spell `text` exactly (greedy longest match over the vocabulary), so a
@@ -91,7 +112,7 @@ impl PieceIndex {
         let mut i = 0;
         while i < bytes.len() {
             let max = (bytes.len() - i).min(128);
-            let (len, tok) = (1..=max).rev().find_map(|l| self.0.get(&bytes[i..i + l]).map(|t| (l, *t)))?;
+            let (len, tok) = (1..=max).rev().find_map(|l| self.get(&bytes[i..i + l]).map(|t| (l, t)))?;
             out.push(tok);
             i += len;
         }
@@ -100,8 +121,8 @@ impl PieceIndex {
 
     /// The tokens whose pieces start with `prefix` and are longer than it.
     pub fn extensions<'a>(&'a self, prefix: &'a [u8]) -> impl Iterator<Item = sys::llama_token> + 'a {
-        let after = (std::ops::Bound::Excluded(prefix), std::ops::Bound::Unbounded);
-        self.0.range::<[u8], _>(after).take_while(move |(p, _)| p.starts_with(prefix)).map(|(_, &t)| t)
+        let from = self.entries.partition_point(|e| self.piece_of(e) <= prefix);
+        self.entries[from..].iter().take_while(move |e| self.piece_of(e).starts_with(prefix)).map(|e| e.2)
     }
 }
 
@@ -121,5 +142,7 @@ mod tests {
         assert_eq!(idx.extensions(b"\"").count(), 0, "a piece is not extended by pieces that merely contain it");
         assert_eq!(idx.extensions(b" ").count(), 5);
         assert_eq!(idx.spell(" \"/usr\"x"), Some(vec![6, 4, 8]), "longest match first");
+        assert_eq!(idx.spell(" \""), Some(vec![0]), "of two tokens with one piece, the first");
+        assert_eq!(idx.spell("y"), None);
     }
 }
