@@ -128,6 +128,10 @@ impl Run<'_> {
         };
         // SAFETY: the vocab lives as long as the model, which outlives the sampler.
         let mut smpl = unsafe { Sampler::new(self.prompter.vocab(), &sp, plan.grammar.as_ref()) }?;
+        if plan.grammar.is_some() {
+            // SAFETY: as above.
+            unsafe { smpl.guard_utf8(self.prompter.vocab(), self.prompter.not_utf8_tokens()) };
+        }
         if let Some(pre) = &plan.grammar_prefill {
             let toks = self
                 .prompter

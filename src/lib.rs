@@ -28,6 +28,7 @@ pub mod shim;
 pub mod sys;
 pub mod threads;
 pub mod tokens;
+pub mod utf8;
 
 use serde_json::{json, Value};
 use std::sync::Once;

@@ -43,11 +43,19 @@ pub struct Prompter {
     chat_template_kwargs: Option<Map<String, Value>>,
     /// piece text → token, built on first need (exact prefill of a grammar).
     pieces: OnceLock<PieceIndex>,
+    not_utf8: OnceLock<Vec<sys::llama_token>>,
 }
 
 impl Prompter {
     pub fn new(model: Arc<Model>, templates: Templates, probe: Probe, kwargs: Option<Map<String, Value>>) -> Prompter {
-        Prompter { model, templates, probe, chat_template_kwargs: kwargs, pieces: OnceLock::new() }
+        Prompter {
+            model,
+            templates,
+            probe,
+            chat_template_kwargs: kwargs,
+            pieces: OnceLock::new(),
+            not_utf8: OnceLock::new(),
+        }
     }
 
     pub fn probe(&self) -> &Probe {
@@ -72,6 +80,16 @@ impl Prompter {
     pub fn pieces(&self) -> &PieceIndex {
         // SAFETY: as above.
         self.pieces.get_or_init(|| unsafe { PieceIndex::build(self.vocab()) })
+    }
+
+    /// The tokens that are invalid UTF-8 wherever they stand ([`crate::utf8::never_valid`]:
+    /// byte-fallback and byte-level tokens for C0, C1, F5–FF), sorted, found on first need.
+    pub fn not_utf8_tokens(&self) -> &[sys::llama_token] {
+        self.not_utf8.get_or_init(|| {
+            // SAFETY: as above.
+            let n = unsafe { sys::llama_vocab_n_tokens(self.vocab()) };
+            (0..n).filter(|&t| crate::utf8::never_valid(&self.piece(t, false))).collect()
+        })
     }
 
     /// Tokens whose pieces spell `text` exactly (see [`PieceIndex::spell`]).

@@ -125,6 +125,29 @@ pub struct Sampler {
     needed: usize,
     /// The request's logit_bias, which greedy call wrappers honour too (bans hold everywhere).
     bias: Vec<(i32, f32)>,
+    /// Under a grammar: the UTF-8 guard (src/utf8.rs), when the caller set it up.
+    utf8: Option<Utf8Guard>,
+}
+
+/// What keeps a grammar's output valid UTF-8 (src/utf8.rs).
+struct Utf8Guard {
+    vocab: *const sys::llama_vocab,
+    /// Tokens invalid wherever they stand (sorted).
+    never: Vec<sys::llama_token>,
+    /// The first bytes of a character the output has not finished.
+    pending: Vec<u8>,
+}
+
+impl Utf8Guard {
+    fn piece(&self, id: sys::llama_token) -> Vec<u8> {
+        // SAFETY: the vocab outlives the sampler (Sampler::new's contract).
+        unsafe { crate::tokens::piece(self.vocab, id, false) }
+    }
+
+    fn allows(&self, id: sys::llama_token) -> bool {
+        self.never.binary_search(&id).is_err()
+            && (self.pending.is_empty() || crate::utf8::continues(&self.pending, &self.piece(id)))
+    }
 }
 
 // SAFETY: a sampler belongs to one request, used by its caller's thread only.
@@ -180,6 +203,7 @@ impl Sampler {
             n_vocab,
             needed,
             bias: p.logit_bias.clone(),
+            utf8: None,
         };
         if let Some(g) = grammar.filter(|g| !g.gbnf.is_empty()) {
             let gbnf = CString::new(g.gbnf.as_str()).map_err(|_| {
@@ -220,6 +244,33 @@ impl Sampler {
         Ok(s)
     }
 
+    /// Keeps what the grammar lets through valid UTF-8 (src/utf8.rs): `never` (sorted) are the
+    /// vocabulary's tokens that are invalid wherever they stand, and while a character is
+    /// incomplete only tokens that continue it are allowed.
+    ///
+    /// # Safety
+    /// `vocab` must be valid for the sampler's lifetime.
+    pub unsafe fn guard_utf8(&mut self, vocab: *const sys::llama_vocab, never: &[sys::llama_token]) {
+        self.utf8 = Some(Utf8Guard { vocab, never: never.to_vec(), pending: Vec::new() });
+    }
+
+    fn utf8_allows(&self, id: sys::llama_token) -> bool {
+        self.utf8.as_ref().is_none_or(|g| g.allows(id))
+    }
+
+    /// Applies the grammar to the candidates (refused ones get -infinity).
+    fn run_grammar(&mut self) -> Result<()> {
+        self.run(self.grammar)?;
+        if self.utf8.is_some() {
+            for i in 0..self.cur.len() {
+                if self.cur[i].logit.is_finite() && !self.utf8_allows(self.cur[i].id) {
+                    self.cur[i].logit = f32::NEG_INFINITY;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn fill(&mut self, logits: &[f32]) {
         self.cur.clear();
         self.cur.extend(logits.iter().enumerate().map(|(i, &l)| sys::llama_token_data {
@@ -255,17 +306,7 @@ impl Sampler {
         self.fill(logits);
         self.run(self.chain)?;
         let id = self.cur.first().map(|t| t.id).ok_or_else(|| Error::new(ErrorCode::Internal, "empty candidates"))?;
-        if self.grammar.is_null() {
-            return Ok(id);
-        }
-        // Does the grammar accept this token?
-        let mut one = [sys::llama_token_data { id, logit: 1.0, p: 0.0 }];
-        let mut arr = sys::llama_token_data_array { data: one.as_mut_ptr(), size: 1, selected: -1, sorted: false };
-        let mut err: *mut c_char = ptr::null_mut();
-        // SAFETY: arr points to `one`, alive for the call.
-        let st = unsafe { sys::llb_shim_sampler_apply(self.grammar, &mut arr, &mut err) };
-        shim_err(st, err, "grammar check")?;
-        if one[0].logit.is_finite() {
+        if self.grammar_allows(id)? {
             return Ok(id);
         }
         // Rejected: constrain the candidates, then sample again. The chain keeps at most
@@ -278,7 +319,7 @@ impl Sampler {
             let tail_max = self.cur[HEAD..].iter().map(|t| t.logit).fold(f32::NEG_INFINITY, f32::max);
             let mut head: Vec<sys::llama_token_data> = self.cur[..HEAD].to_vec();
             let saved = std::mem::replace(&mut self.cur, head);
-            self.run(self.grammar)?;
+            self.run_grammar()?;
             self.cur.retain(|t| t.logit.is_finite());
             let enough = self.cur.len() >= self.needed
                 && self.cur.iter().map(|t| t.logit).fold(f32::INFINITY, f32::min) >= tail_max;
@@ -289,7 +330,7 @@ impl Sampler {
             head = std::mem::replace(&mut self.cur, saved);
             drop(head);
         }
-        self.run(self.grammar)?;
+        self.run_grammar()?;
         self.cur.retain(|t| t.logit.is_finite());
         if self.cur.is_empty() {
             return Err(Error::new(ErrorCode::Internal, "the grammar admits no token"));
@@ -317,7 +358,7 @@ impl Sampler {
         if self.grammar_allows(id)? {
             return Ok(id);
         }
-        self.run(self.grammar)?;
+        self.run_grammar()?;
         self.cur.retain(|t| t.logit.is_finite());
         best(&self.cur).ok_or_else(|| Error::new(ErrorCode::Internal, "the grammar admits no token"))
     }
@@ -333,11 +374,16 @@ impl Sampler {
         if self.grammar.is_null() {
             return Ok(true);
         }
-        if tokens.is_empty() {
+        let mut data: Vec<_> = tokens
+            .iter()
+            .filter(|&&id| self.utf8_allows(id))
+            .map(|&id| sys::llama_token_data { id, logit: 1.0, p: 0.0 })
+            .collect();
+        if data.is_empty() {
             return Ok(false);
         }
-        let mut data: Vec<_> = tokens.iter().map(|&id| sys::llama_token_data { id, logit: 1.0, p: 0.0 }).collect();
-        let mut arr = sys::llama_token_data_array { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
+        let mut arr =
+            sys::llama_token_data_array { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
         let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: arr points to `data`, alive for the call.
         let st = unsafe { sys::llb_shim_sampler_apply(self.grammar, &mut arr, &mut err) };
@@ -388,6 +434,9 @@ impl Sampler {
                 self.grammar = ptr::null_mut();
                 dropped = Some(e.message);
             }
+        }
+        if let Some(g) = self.utf8.as_mut() {
+            g.pending = crate::utf8::pending_after(&g.pending, &g.piece(token));
         }
         // SAFETY: live sampler.
         let st = unsafe { sys::llb_shim_sampler_accept(self.chain, token, &mut err) };
