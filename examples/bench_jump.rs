@@ -46,16 +46,24 @@ fn request(n: usize, named: bool, jump: bool) -> Value {
         "temperature": 0, "max_tokens": 400, "jump_forward": jump})
 }
 
-/// The median generation time (ms) over the repeats, and the last completion.
-fn measure(e: &Engine, req: &Value, repeats: usize) -> (f64, Value) {
-    let mut times = Vec::new();
-    let mut last = Value::Null;
+/// The median generation time (ms) over the repeats of `off` and of `on`, and the last
+/// completion of each. The two alternate, so a change in the machine's load falls on both.
+fn measure(e: &Engine, off: &Value, on: &Value, repeats: usize) -> [(f64, Value); 2] {
+    let mut times = [Vec::new(), Vec::new()];
+    let mut last = [Value::Null, Value::Null];
     for _ in 0..repeats {
-        last = e.infer(&req.to_string()).expect("infer");
-        times.push(last["timings"]["predicted_ms"].as_f64().expect("timings"));
+        for (i, req) in [off, on].into_iter().enumerate() {
+            last[i] = e.infer(&req.to_string()).expect("infer");
+            times[i].push(last[i]["timings"]["predicted_ms"].as_f64().expect("timings"));
+        }
     }
-    times.sort_by(f64::total_cmp);
-    (times[repeats / 2], last)
+    let median = |mut t: Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let [t_off, t_on] = times;
+    let [l_off, l_on] = last;
+    [(median(t_off), l_off), (median(t_on), l_on)]
 }
 
 fn call(r: &Value) -> Value {
@@ -70,12 +78,12 @@ fn main() {
     let model = std::env::var("LLB_BENCH_MODEL").expect("set LLB_BENCH_MODEL to a tool-capable GGUF");
     // One compute thread by default: on a shared machine ggml's spinning threads would measure
     // the neighbours (LLB_BENCH_THREADS overrides).
-    let repeats = std::env::var("LLB_BENCH_REPEATS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let repeats = std::env::var("LLB_BENCH_REPEATS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let n_threads = std::env::var("LLB_BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     let config =
         EngineConfig { model_path: model.clone(), n_ctx: Some(4096), n_threads: Some(n_threads), ..Default::default() };
     let e = Engine::create(config, None).expect("engine");
-    println!("model {model}, {n_threads} thread(s)\ngeneration-phase wall time, median of {repeats}; ratio = on / off (lower is better)");
+    println!("model {model}, {n_threads} thread(s)\ngeneration-phase wall time, median of {repeats} (on and off alternating); ratio = on / off (lower is better)");
     println!(
         "{:<9} {:>4} {:>10} {:>10} {:>6} {:>8} {:>8} {:>8} {:>9}",
         "choice", "args", "off ms", "on ms", "ratio", "off tok", "on tok", "forced", "same call"
@@ -83,8 +91,8 @@ fn main() {
     for named in [true, false] {
         for n in [1, 3, 10] {
             e.infer(&request(n, named, true).to_string()).expect("warm-up"); // the prompt into the KV cache
-            let (off_ms, off) = measure(&e, &request(n, named, false), repeats);
-            let (on_ms, on) = measure(&e, &request(n, named, true), repeats);
+            let [(off_ms, off), (on_ms, on)] =
+                measure(&e, &request(n, named, false), &request(n, named, true), repeats);
             println!(
                 "{:<9} {:>4} {:>10.1} {:>10.1} {:>6.2} {:>8} {:>8} {:>8} {:>9}",
                 if named { "named" } else { "required" },

@@ -10,7 +10,10 @@ cargo build --release --locked --example bench_jump --bin llb
 smol=$(scripts/smollm2.sh 2>/dev/null | tail -1)
 f16="${LLB_MODEL_CACHE:-$HOME/.cache/llb}/bench-qwen2-f16-1g.gguf"
 [ -f "$f16" ] || ./target/release/llb fixture --vocab qwen2 --template Qwen-Qwen2.5-7B-Instruct --size 1g --out "$f16" >/dev/null
-echo "== SmolLM2-135M-Instruct Q4_1 (real weights, Qwen2.5 tool template)"
-LLB_BENCH_MODEL="$smol" ./target/release/examples/bench_jump
-echo "== ~1 GB F16 fixture (random weights; decoding is bandwidth-bound)"
-LLB_BENCH_REPEATS="${LLB_BENCH_F16_REPEATS:-1}" LLB_BENCH_MODEL="$f16" ./target/release/examples/bench_jump
+bench() { uptime; LLB_BENCH_MODEL="$1" ./target/release/examples/bench_jump; uptime; }
+echo "== SmolLM2-135M-Instruct Q4_1 (real weights, Qwen2.5 tool template), 1 thread"
+bench "$smol"
+echo "== the same, $(nproc) threads"
+LLB_BENCH_THREADS=$(nproc) bench "$smol"
+echo "== ~1 GB F16 fixture (random weights; decoding is bandwidth-bound), 1 thread"
+LLB_BENCH_REPEATS="${LLB_BENCH_F16_REPEATS:-3}" bench "$f16"
