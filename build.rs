@@ -37,7 +37,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LLB_LLAMA_BUILD_DIR");
     println!("cargo:rerun-if-env-changed=LLB_BLESS_HEADER");
     println!("cargo::rustc-check-cfg=cfg(llb_rpc)");
-    for var in ["LLB_CUDA", "LLB_VULKAN", "LLB_RPC", "LLB_METAL", "CUDA_PATH"] {
+    for var in ["LLB_CUDA", "LLB_VULKAN", "LLB_RPC", "LLB_METAL", "CUDA_PATH", "VULKAN_SDK"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     // The tools checked below: a build that failed for want of one reruns anyway, these make a
@@ -318,6 +318,16 @@ impl Backends {
         if self.vulkan && (which("glslc").is_none() || which("glslangValidator").is_none()) {
             fail(
                 "LLB_VULKAN=1 needs the Vulkan headers and loader and the glslc and glslangValidator shader compilers and the SPIR-V headers: `sudo apt-get install libvulkan-dev glslc glslang-tools spirv-headers` (Debian 12), or the LunarG SDK",
+            );
+        }
+        // ggml-vulkan at the pin uses VK_EXT_layer_settings (Vulkan-Headers 1.3.261+).
+        let system_headers = Path::new("/usr/include/vulkan/vulkan_core.h");
+        if self.vulkan
+            && env::var_os("VULKAN_SDK").is_none()
+            && fs::read_to_string(system_headers).is_ok_and(|h| !h.contains("VK_EXT_layer_settings"))
+        {
+            fail(
+                "LLB_VULKAN=1: the system's Vulkan headers are older than 1.3.261 (no VK_EXT_layer_settings), which the pinned ggml-vulkan needs: scripts/vulkan-check.sh sets up newer ones in target/vulkan-sdk (then `export VULKAN_SDK=$PWD/target/vulkan-sdk`), or install the LunarG SDK",
             );
         }
     }

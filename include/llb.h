@@ -135,7 +135,8 @@ void llb_string_free(char *s);
  *
  * Devices and memory (all optional; docs/scaling.md): `n_gpu_layers` (default: every layer
  * when a GPU device exists, else 0; -1 = all), `main_gpu`, `split_mode` (`none`|`layer`|`row`),
- * `tensor_split` (proportions per GPU), `devices` (names from `llb_devices`), `flash_attn`
+ * `tensor_split` (proportions per GPU), `devices` (names from `llb_devices`; `["none"]`: the
+ * CPU alone, as llama.cpp's `--device none`), `flash_attn`
  * (`auto`|`on`|`off`), `offload_kqv` (default true), `type_k`/`type_v` (`f16`|`q8_0`|`q4_0`;
  * a quantized V cache turns flash attention on, and `off` is refused), `use_mmap` (default
  * true), `use_mlock`. A device that is not here is `device_unavailable`, a bad value
