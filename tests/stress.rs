@@ -221,12 +221,13 @@ fn create_infer_destroy_cycles_do_not_leak() {
         "leak: rss samples (cycle: MB) {}",
         samples.iter().map(|(i, kb)| format!("{i}: {:.1}", mb(*kb))).collect::<Vec<_>>().join(", ")
     );
-    // A leak grows with the cycles: over the second half RSS must stay within 1 % (a leak of
-    // 0.6 KB per cycle would show). glibc may add a malloc arena once for a new scheduler
-    // thread (a one-off step of ~1.5 MB, then flat): the whole run stays within 10 %.
+    // A leak grows with the cycles: over the second half RSS must grow by less than 1 KB per
+    // cycle (a request's worth of leaked buffers would show). The heap itself moves in steps:
+    // glibc may add a malloc arena for a new scheduler thread (one-off steps of 0.3-5 MB seen,
+    // then flat; 3000 cycles were flat to the 0.1 MB), so the whole run stays within 10 %.
     let (mid, mid_kb) = samples[samples.len() / 2];
-    let late = (rss1 as f64 - mid_kb as f64) * 100.0 / mid_kb as f64;
-    assert!(late < 1.0, "RSS grew {late:.2}% from cycle {mid} to {total}: a leak");
+    let late = (rss1 as f64 - mid_kb as f64) / (total - mid).max(1) as f64;
+    assert!(late < 1.0, "RSS grew {late:.2} KB per cycle from cycle {mid} to {total}: a leak");
     assert!(growth < 10.0, "RSS grew {growth:.2}% over {} cycles", total - warmup);
 }
 
