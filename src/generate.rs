@@ -126,12 +126,9 @@ impl Run<'_> {
             presence_penalty: req.presence_penalty.unwrap_or(0.0),
             logit_bias: req.logit_bias()?,
         };
+        let not_utf8 = if plan.grammar.is_some() { self.prompter.not_utf8_tokens() } else { &[] };
         // SAFETY: the vocab lives as long as the model, which outlives the sampler.
-        let mut smpl = unsafe { Sampler::new(self.prompter.vocab(), &sp, plan.grammar.as_ref()) }?;
-        if plan.grammar.is_some() {
-            // SAFETY: as above.
-            unsafe { smpl.guard_utf8(self.prompter.vocab(), self.prompter.not_utf8_tokens()) };
-        }
+        let mut smpl = unsafe { Sampler::new(self.prompter.vocab(), &sp, plan.grammar.as_ref(), not_utf8) }?;
         if let Some(pre) = &plan.grammar_prefill {
             let toks = self
                 .prompter

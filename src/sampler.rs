@@ -125,12 +125,13 @@ pub struct Sampler {
     needed: usize,
     /// The request's logit_bias, which greedy call wrappers honour too (bans hold everywhere).
     bias: Vec<(i32, f32)>,
-    /// Under a grammar: the UTF-8 guard (src/utf8.rs), when the caller set it up.
+    /// With a grammar: the UTF-8 guard (src/utf8.rs).
     utf8: Option<Utf8Guard>,
 }
 
 /// What keeps a grammar's output valid UTF-8 (src/utf8.rs).
 struct Utf8Guard {
+    /// The sampler's vocabulary (valid for its lifetime: Sampler::new's contract).
     vocab: *const sys::llama_vocab,
     /// Tokens invalid wherever they stand (sorted).
     never: Vec<sys::llama_token>,
@@ -156,10 +157,15 @@ unsafe impl Send for Sampler {}
 impl Sampler {
     /// # Safety
     /// `vocab` must be valid for the sampler's lifetime.
+    ///
+    /// `not_utf8` (sorted): the vocabulary's tokens that are invalid UTF-8 wherever they stand;
+    /// with a grammar, the sampler keeps its output valid UTF-8 (src/utf8.rs): those tokens are
+    /// refused, and while a character is incomplete only tokens that continue it are allowed.
     pub unsafe fn new(
         vocab: *const sys::llama_vocab,
         p: &SamplingParams,
         grammar: Option<&GrammarSpec>,
+        not_utf8: &[sys::llama_token],
     ) -> Result<Sampler> {
         // SAFETY: plain constructors; the chain owns what is added to it.
         let chain = unsafe {
@@ -240,18 +246,9 @@ impl Sampler {
                 return Err(e);
             }
             shim_err(st, err, "building the grammar sampler")?;
+            s.utf8 = Some(Utf8Guard { vocab, never: not_utf8.to_vec(), pending: Vec::new() });
         }
         Ok(s)
-    }
-
-    /// Keeps what the grammar lets through valid UTF-8 (src/utf8.rs): `never` (sorted) are the
-    /// vocabulary's tokens that are invalid wherever they stand, and while a character is
-    /// incomplete only tokens that continue it are allowed.
-    ///
-    /// # Safety
-    /// `vocab` must be valid for the sampler's lifetime.
-    pub unsafe fn guard_utf8(&mut self, vocab: *const sys::llama_vocab, never: &[sys::llama_token]) {
-        self.utf8 = Some(Utf8Guard { vocab, never: never.to_vec(), pending: Vec::new() });
     }
 
     fn utf8_allows(&self, id: sys::llama_token) -> bool {

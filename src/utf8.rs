@@ -17,9 +17,7 @@ pub fn never_valid(piece: &[u8]) -> bool {
 /// Whether `piece` may follow the incomplete character `pending` (its first bytes): together
 /// they are valid UTF-8, possibly cut short at the end.
 pub fn continues(pending: &[u8], piece: &[u8]) -> bool {
-    let mut buf = pending.to_vec();
-    buf.extend_from_slice(piece);
-    match std::str::from_utf8(&buf) {
+    match std::str::from_utf8(&[pending, piece].concat()) {
         Ok(_) => true,
         Err(e) => e.error_len().is_none(),
     }
@@ -28,8 +26,7 @@ pub fn continues(pending: &[u8], piece: &[u8]) -> bool {
 /// The incomplete character at the end of `pending` followed by `piece` (empty when the text
 /// ends on a character boundary).
 pub fn pending_after(pending: &[u8], piece: &[u8]) -> Vec<u8> {
-    let mut buf = pending.to_vec();
-    buf.extend_from_slice(piece);
+    let buf = [pending, piece].concat();
     match std::str::from_utf8(&buf) {
         Err(e) if e.error_len().is_none() => buf[e.valid_up_to()..].to_vec(),
         _ => Vec::new(),

@@ -121,11 +121,7 @@ fn logit_bias_bans_and_forces_tokens() {
 /// The ids of the qwen2 tokens whose bytes are a logprobs entry's `bytes`.
 fn token_ids_of(entry: &Value) -> Vec<i32> {
     let bytes: Vec<u8> = entry["bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8).collect();
-    let model = llb::model::acquire(&corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false)).unwrap();
-    // SAFETY: the vocabulary lives as long as `model`.
-    let n = unsafe { llb::sys::llama_vocab_n_tokens(model.vocab()) };
-    // SAFETY: as above.
-    let ids: Vec<i32> = (0..n).filter(|&t| unsafe { llb::tokens::piece(model.vocab(), t, false) } == bytes).collect();
+    let ids = tokens_where(&corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false), |p| p == bytes);
     assert!(!ids.is_empty(), "{entry}");
     ids
 }

@@ -236,15 +236,6 @@ fn real_tool_schemas_yield_valid_calls_in_every_family() {
     assert!(failures.is_empty(), "{} requests failed:\n{}", failures.len(), failures.join("\n"));
 }
 
-/// The ids of `model`'s tokens that are one byte from 0x80 up (byte fallback, byte-level BPE).
-fn high_byte_tokens(model: &std::path::Path) -> Vec<i32> {
-    let m = llb::model::acquire(model).unwrap();
-    // SAFETY: the vocabulary lives as long as `m`.
-    let n = unsafe { llb::sys::llama_vocab_n_tokens(m.vocab()) };
-    // SAFETY: as above.
-    (0..n).filter(|&t| matches!(unsafe { llb::tokens::piece(m.vocab(), t, false) }[..], [b] if b >= 0x80)).collect()
-}
-
 /// llama.cpp's grammar takes F8–FF as a character's lead byte and overlong forms and surrogates
 /// as characters (src/utf8.rs). With the raw byte tokens pushed up, the model writes byte
 /// sequences: the strings must still be UTF-8 (no U+FFFD in the arguments) within `maxLength`.
@@ -256,8 +247,10 @@ fn strings_stay_utf8_within_max_length_when_raw_bytes_are_favoured() {
     let mut failures = Vec::new();
     for (family, template) in FAMILIES {
         let path = corpus_fixture(template, false);
-        let bias: serde_json::Map<String, Value> =
-            high_byte_tokens(&path).into_iter().map(|t| (t.to_string(), json!(8))).collect();
+        let bias: serde_json::Map<String, Value> = tokens_where(&path, |p| matches!(p, [b] if *b >= 0x80))
+            .into_iter()
+            .map(|t| (t.to_string(), json!(8)))
+            .collect();
         assert!(bias.len() >= 64, "{family}: {} raw byte tokens", bias.len());
         let engine = CEngine::open_model(&path);
         for seed in 0..3u64 {
