@@ -128,15 +128,6 @@ fn assert_valid_call(r: &Value) {
     }
 }
 
-/// Bytes allocated through glibc's malloc (heap chunks in use and mmapped chunks): allocation, not
-/// residency: llb returns a cleared cache's pages, which become resident as cells are written
-/// (tests/zero_pages.rs).
-fn mapped() -> u64 {
-    // SAFETY: mallinfo2 has no preconditions.
-    let m = unsafe { libc::mallinfo2() };
-    (m.uordblks + m.hblkhd) as u64
-}
-
 #[test]
 fn quantized_kv_caches_give_valid_tool_calls_in_less_memory() {
     let _s = serial();
@@ -150,15 +141,17 @@ fn quantized_kv_caches_give_valid_tool_calls_in_less_memory() {
         assert_valid_call(&e.infer(&required()));
         drop(e);
         // A pool's n_ctx is a budget beyond one sequence's training context: a large KV cache.
-        // What a pool of 4096 cells allocates (compute buffers, outputs) is subtracted.
+        // What a pool of 4096 cells allocates (compute buffers, outputs) is subtracted. Measured
+        // as allocation, not residency: a cleared cache's pages become resident only as cells
+        // are written (tests/zero_pages.rs).
         let allocated = |cells: u32| {
-            let before = mapped();
+            let before = malloc_in_use();
             let p = CPool::open(&config(
                 &path,
                 json!({"type_k": t, "type_v": t, "n_ctx": cells, "n_parallel": 2, "n_batch": 32}),
             ))
             .unwrap_or_else(|f| panic!("{t}: {f}"));
-            let after = mapped();
+            let after = malloc_in_use();
             assert_valid_call(&p.infer(&required()));
             after.saturating_sub(before)
         };

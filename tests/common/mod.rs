@@ -119,3 +119,12 @@ pub fn tokens_where(model: &Path, pred: impl Fn(&[u8]) -> bool) -> Vec<i32> {
     // SAFETY: as above.
     (0..n).filter(|&t| pred(&unsafe { llb::tokens::piece(m.vocab(), t, false) })).collect()
 }
+
+/// Bytes this process holds through glibc's malloc, every arena summed (chunks in use plus
+/// mmapped chunks): allocation, not residency, so it moves only when memory is allocated or
+/// freed, never when the allocator keeps or returns pages.
+pub fn malloc_in_use() -> u64 {
+    // SAFETY: mallinfo2 has no preconditions.
+    let m = unsafe { libc::mallinfo2() };
+    (m.uordblks + m.hblkhd) as u64
+}
