@@ -559,6 +559,9 @@ fn build_rpc(src: &Path) {
         .std("c++17")
         .file(src.join("ggml/src/ggml-rpc/ggml-rpc.cpp"))
         .file(src.join("ggml/src/ggml-rpc/transport.cpp"))
+        // The transport's one setsockopt call per connected socket goes to native/rpc_guard.cpp,
+        // which adds keepalive and timeouts (a silent server must not block forever).
+        .define("setsockopt", "llb_rpc_setsockopt")
         .opt_level(2)
         .pic(true)
         .warnings(false)

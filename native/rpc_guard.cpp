@@ -11,6 +11,18 @@
 //
 // What the guard cannot cover: llama.cpp frees RPC buffers in destructors (noexcept), so freeing a
 // model or context whose server is gone would still abort; src/backend.rs leaks those instead.
+//
+// A server that goes away without closing its connection (a machine powered off, a network
+// partition) would block ggml's transport forever: it sets no timeout, and a recv() waiting for a
+// reply on an idle connection without keepalive never returns. build.rs compiles the transport
+// with -Dsetsockopt=llb_rpc_setsockopt; the transport sets TCP_NODELAY on every socket it connects,
+// and that call here also turns on TCP keepalive and TCP_USER_TIMEOUT, so the kernel ends such a
+// connection after `dead_peer_seconds` without an answer from the peer's machine, recv()/send()
+// fail, ggml aborts and the guard makes that an error. A server that is slow (a long graph
+// compute) is not affected: its kernel answers the keepalive probes. Sockets connected during
+// llb_guarded_rpc_add (the handshake at create) also get receive/send timeouts, so a server whose
+// process does not answer (stopped, hung) is refused at create instead of hanging it; ggml closes
+// those sockets when the handshake ends.
 
 #include "llama.h"
 #include "ggml.h"
@@ -23,11 +35,21 @@
 #include <stdexcept>
 
 #include <pthread.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 namespace {
 
 thread_local int guard_depth = 0;
 ggml_abort_callback_t previous_callback = nullptr;
+
+// Set once by llb_rpc_guard_install, before any RPC socket exists.
+int dead_peer_seconds = 20;
+// The handshake at create (llb_guarded_rpc_add) is running on this thread.
+thread_local bool in_handshake = false;
+constexpr int handshake_seconds = 5;
 
 struct ggml_aborted : std::runtime_error {
     using std::runtime_error::runtime_error;
@@ -72,6 +94,37 @@ struct Guard {
     }
 };
 
+// Best effort: a socket option the platform lacks leaves the connection as ggml made it.
+void set_int(int fd, int level, int name, int value) {
+    setsockopt(fd, level, name, &value, sizeof value);
+}
+
+// The kernel gives up on the peer after `dead_peer_seconds` of silence: keepalive probes start
+// after a quarter of it while idle (three probes a quarter apart), and unacknowledged data times
+// out at the whole of it.
+void detect_dead_peer(int fd) {
+    int quarter = dead_peer_seconds / 4 > 0 ? dead_peer_seconds / 4 : 1;
+    set_int(fd, SOL_SOCKET, SO_KEEPALIVE, 1);
+#if defined(TCP_KEEPIDLE)
+    set_int(fd, IPPROTO_TCP, TCP_KEEPIDLE, quarter);
+#elif defined(TCP_KEEPALIVE)
+    set_int(fd, IPPROTO_TCP, TCP_KEEPALIVE, quarter);  // macOS
+#endif
+#if defined(TCP_KEEPINTVL) && defined(TCP_KEEPCNT)
+    set_int(fd, IPPROTO_TCP, TCP_KEEPINTVL, quarter);
+    set_int(fd, IPPROTO_TCP, TCP_KEEPCNT, 3);
+#endif
+#if defined(TCP_USER_TIMEOUT)
+    set_int(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, dead_peer_seconds * 1000);
+#endif
+}
+
+void bound_handshake(int fd) {
+    struct timeval tv = {handshake_seconds, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
 void copy_message(const char * what, char * err, size_t err_len) {
     if (err && err_len > 0) {
         snprintf(err, err_len, "%s", what);
@@ -82,12 +135,27 @@ void copy_message(const char * what, char * err, size_t err_len) {
 
 extern "C" {
 
-void llb_rpc_guard_install(void) {
+void llb_rpc_guard_install(int peer_timeout_seconds) {
     static bool installed = false;
     if (!installed) {
         installed = true;
         previous_callback = ggml_set_abort_callback(on_abort);
+        if (peer_timeout_seconds > 0) {
+            dead_peer_seconds = peer_timeout_seconds;
+        }
     }
+}
+
+// setsockopt for ggml's RPC transport (build.rs: -Dsetsockopt=llb_rpc_setsockopt).
+int llb_rpc_setsockopt(int fd, int level, int name, const void * value, socklen_t len) {
+    int rc = setsockopt(fd, level, name, value, len);
+    if (rc == 0 && level == IPPROTO_TCP && name == TCP_NODELAY) {
+        detect_dead_peer(fd);
+        if (in_handshake) {
+            bound_handshake(fd);
+        }
+    }
+    return rc;
 }
 
 // llama_decode; INT32_MIN with the message in `err` when ggml aborted (a lost RPC server).
@@ -128,8 +196,13 @@ llama_context * llb_guarded_init_context(llama_model * model, llama_context_para
 // message in `err` when the handshake fails.
 ggml_backend_reg_t llb_guarded_rpc_add(ggml_backend_reg_t (*add)(const char *), const char * endpoint, char * err,
                                        size_t err_len) {
+    struct Handshake {
+        Handshake() { in_handshake = true; }
+        ~Handshake() { in_handshake = false; }
+    };
     try {
         Guard g;
+        Handshake h;
         ggml_backend_reg_t reg = add(endpoint);
         // The device list is fetched from the server too.
         if (reg) {

@@ -32,9 +32,12 @@ libs=$build/build/ggml/src
 [ -f "$libs/libggml-base.a" ] || { echo "rpc-server.sh: $build is not a llama.cpp build of build.rs (no build/ggml/src/libggml-base.a)" >&2; exit 2; }
 out=$build/llb-rpc-server
 bin=$out/rpc-server
+mkdir -p "$out"
+# One build at a time (tests and hosts may ask at once); the others wait, then find it built.
+exec 9>"$out/.lock"
+flock 9
 if [ ! -x "$bin" ] || [ "$src/tools/rpc/rpc-server.cpp" -nt "$bin" ] || [ "$libs/libggml-base.a" -nt "$bin" ]; then
   echo "rpc-server.sh: building llama.cpp's rpc-server into $out" >&2
-  mkdir -p "$out"
   cxx=(${CXX:-c++}); command -v ccache >/dev/null && cxx=(ccache "${cxx[@]}")
   flags=(-O2 -std=c++17 -I"$src/ggml/include" -I"$src/ggml/src")
   # rpc-server.cpp looks the RPC backend up in ggml's registry; with GGML_RPC off in the
@@ -63,6 +66,7 @@ EOF
     "$libs/libggml.a" "${extra[@]}" "$libs/libggml-cpu.a" "$libs/libggml-base.a" "${sys[@]}"
   mv "$bin.tmp" "$bin"
 fi
+exec 9>&-
 if [ $# -eq 0 ]; then
   echo "$bin"
 else

@@ -15,8 +15,9 @@ include!("ggml_backend_ffi.rs");
 /// Adds the backends llb compiles itself to ggml's registry: the RPC client (build.rs, build_rpc).
 /// Called once, by `crate::init_backend`.
 pub(crate) fn register_builtin() {
-    // SAFETY: no preconditions; installs ggml's abort callback once.
-    unsafe { llb_rpc_guard_install() };
+    // SAFETY: no preconditions; installs ggml's abort callback and the RPC peer timeout once,
+    // before any RPC socket exists.
+    unsafe { llb_rpc_guard_install(rpc_peer_timeout_seconds()) };
     #[cfg(llb_rpc)]
     {
         extern "C" {
@@ -24,6 +25,25 @@ pub(crate) fn register_builtin() {
         }
         // SAFETY: ggml-rpc.h; the registry it returns is static; called once.
         unsafe { ggml_backend_register(ggml_backend_rpc_reg()) };
+    }
+}
+
+/// How long an RPC server's machine may stay silent before its connection counts as lost
+/// (native/rpc_guard.cpp): `LLB_RPC_PEER_TIMEOUT` in seconds, 2 to 3600, default 20.
+const RPC_PEER_TIMEOUT_DEFAULT: i32 = 20;
+
+fn rpc_peer_timeout_seconds() -> i32 {
+    let v = std::env::var("LLB_RPC_PEER_TIMEOUT").ok();
+    match v.as_deref().map(str::parse::<i32>) {
+        None => RPC_PEER_TIMEOUT_DEFAULT,
+        Some(Ok(s)) if (2..=3600).contains(&s) => s,
+        Some(_) => {
+            eprintln!(
+                "llb: LLB_RPC_PEER_TIMEOUT={} is not 2..3600 seconds; using {RPC_PEER_TIMEOUT_DEFAULT}",
+                v.unwrap()
+            );
+            RPC_PEER_TIMEOUT_DEFAULT
+        }
     }
 }
 

@@ -20,7 +20,7 @@ extern "C" {
 // native/rpc_guard.cpp: llama.cpp calls during which a ggml abort (a lost RPC server) becomes an
 // error instead of the end of the process.
 extern "C" {
-    fn llb_rpc_guard_install();
+    fn llb_rpc_guard_install(peer_timeout_seconds: std::ffi::c_int);
     fn llb_guarded_dev_memory(dev: sys::ggml_backend_dev_t, free: *mut usize, total: *mut usize) -> bool;
     fn llb_guarded_decode(ctx: *mut sys::llama_context, batch: sys::llama_batch, err: *mut c_char, len: usize) -> i32;
     fn llb_guarded_model_load(path: *const c_char, params: sys::llama_model_params) -> *mut sys::llama_model;

@@ -2,9 +2,12 @@
 //! (scripts/rpc-server.sh, linked against llb's own llama.cpp build), a fixture split over them
 //! and the local CPU gives the same greedy tool call as the local-only run; a server killed in
 //! the middle of a request ends that request with `device_unavailable`, the host survives and
-//! the pool keeps saying so; an unreachable server is refused at create, fast.
+//! the pool keeps saying so; an unreachable server, or one whose process does not answer, is
+//! refused at create, fast; a server whose network vanishes silently (no FIN, no RST) ends the
+//! running request within `LLB_RPC_PEER_TIMEOUT` instead of blocking it forever.
 //!
-//! One test function: the servers are started once and the steps depend on each other.
+//! The loopback steps are one test function: the servers are started once and the steps depend on
+//! each other. The vanishing network is a second one, in network namespaces of its own.
 
 mod common;
 
@@ -25,8 +28,14 @@ fn small() -> PathBuf {
     fixture_with("backends-small-qwen2.5", &o)
 }
 
-/// Builds (once, cached in the llama.cpp build directory) and returns the rpc-server binary.
+/// Builds (once, cached in the llama.cpp build directory) and returns the rpc-server binary; once
+/// per test process, whichever test asks first.
 fn rpc_server_binary() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(build_rpc_server).clone()
+}
+
+fn build_rpc_server() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(root.join("scripts/rpc-server.sh"))
         .env("LLB_LLAMA_CPP_DIR", env!("LLB_LLAMA_CPP_SRC"))
@@ -48,13 +57,18 @@ impl Server {
     fn start(bin: &PathBuf) -> Server {
         // A port the kernel says is free now.
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(bin)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        Server::spawn(Command::new(bin), "127.0.0.1", port)
+    }
+
+    /// `cmd` runs rpc-server (it may wrap it, as nsenter does), on `host:port`.
+    fn spawn(mut cmd: Command, host: &str, port: u16) -> Server {
+        let child = cmd
+            .args(["-H", host, "-p", &port.to_string(), "-t", "1"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("starting rpc-server");
-        let endpoint = format!("127.0.0.1:{port}");
+        let endpoint = format!("{host}:{port}");
         let started = Instant::now();
         while TcpStream::connect(&endpoint).is_err() {
             assert!(started.elapsed() < Duration::from_secs(20), "rpc-server on {endpoint} did not listen");
@@ -113,6 +127,20 @@ fn a_model_split_over_two_rpc_servers_matches_the_local_run_and_survives_losing_
     assert!(f["message"].as_str().unwrap().contains(&format!("127.0.0.1:{dead}")), "{f}");
     assert!(t.elapsed() < Duration::from_secs(5), "refusing took {:?}", t.elapsed());
 
+    // A server whose process accepts connections but never answers (stopped): refused at create
+    // once the handshake's 5 s are up, not a create that hangs.
+    let frozen = Server::start(&bin);
+    signal(&frozen.child, "STOP");
+    let t = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let cfg = config(&path, json!({"rpc_servers": [frozen.endpoint]}));
+    std::thread::spawn(move || tx.send(CPool::open(&cfg).err()));
+    let f = rx.recv_timeout(Duration::from_secs(60)).expect("create hung on a stopped server").unwrap();
+    assert_eq!(f["code"], "device_unavailable", "{f}");
+    assert!(f["message"].as_str().unwrap().contains(&frozen.endpoint), "{f}");
+    assert!(t.elapsed() < Duration::from_secs(12), "refusing a stopped server took {:?}", t.elapsed());
+    drop(frozen); // SIGKILL ends a stopped process too
+
     let local = message(&CPool::open(&config(&path, json!({}))).unwrap().infer(&tool_call(false)));
 
     let a = Server::start(&bin);
@@ -160,4 +188,143 @@ fn a_model_split_over_two_rpc_servers_matches_the_local_run_and_survives_losing_
     assert_eq!(message(&CPool::open(&config(&path, json!({}))).unwrap().infer(&tool_call(false))), local);
     drop(a);
     eprintln!("rpc test: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status();
+    assert!(ok.is_ok_and(|s| s.success()), "kill -{sig} {}", child.id());
+}
+
+fn sh(cmd: &str) {
+    let st = Command::new("sh").args(["-c", cmd]).status().unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(st.success(), "`{cmd}` failed");
+}
+
+/// The veth pair between this test's network namespace and the server's: link-local addresses
+/// that exist only inside the two namespaces.
+const HERE: &str = "169.254.77.1";
+const THERE: &str = "169.254.77.2";
+const PEER_TIMEOUT_S: u64 = 4;
+
+/// A server whose machine drops off the network (its link set down: nothing is closed, no packet
+/// answers) while a request streams: the request ends with `device_unavailable` within about
+/// `LLB_RPC_PEER_TIMEOUT` seconds (TCP keepalive and TCP_USER_TIMEOUT on ggml's sockets), and
+/// the pool reports the loss. Without them the request blocked forever.
+#[test]
+fn a_server_whose_network_vanishes_ends_the_request_in_bounded_time() {
+    const NAME: &str = "a_server_whose_network_vanishes_ends_the_request_in_bounded_time";
+    if !cfg!(llb_rpc) {
+        eprintln!("skipped: this llb was built with LLB_RPC=0 (no RPC backend)");
+        return;
+    }
+    if std::env::var_os("LLB_RPC_IN_NETNS").is_none() {
+        return rerun_in_own_network_namespace(NAME);
+    }
+    sh("ip link set lo up");
+    let bin = PathBuf::from(std::env::var("LLB_RPC_SERVER_BIN").unwrap());
+    // The server's namespace: held open by a sleeping process, entered with nsenter.
+    // Both processes die with this one, however it ends (setpriv: a parent-death signal).
+    let dies_with_me = ["setpriv", "--pdeathsig", "KILL", "--"];
+    let holder = Server {
+        child: Command::new("unshare").args(["-n"]).args(dies_with_me).args(["sleep", "600"]).spawn().expect("unshare"),
+        endpoint: String::new(),
+    };
+    let pid = holder.child.id();
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).ok();
+    let t = Instant::now();
+    while ns(&pid.to_string()) == ns("self") {
+        assert!(t.elapsed() < Duration::from_secs(10), "unshare did not enter a new namespace");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    sh(&format!("ip link add llbA type veth peer name llbB netns {pid}"));
+    sh(&format!("ip addr add {HERE}/30 dev llbA && ip link set llbA up"));
+    sh(&format!(
+        "nsenter -t {pid} -n sh -c 'ip link set lo up && ip addr add {THERE}/30 dev llbB && ip link set llbB up'"
+    ));
+    let mut cmd = Command::new("nsenter");
+    cmd.args(["-t", &pid.to_string(), "-n", "--"]).args(dies_with_me).arg(&bin);
+    let server = Server::spawn(cmd, THERE, 50052);
+
+    let all_remote = json!({"rpc_servers": [server.endpoint], "n_gpu_layers": 2});
+    let pool = CPool::open(&config(&small(), all_remote)).unwrap_or_else(|f| panic!("{f}"));
+    message(&pool.infer(&tool_call(false)));
+    let events = Events::default();
+    let cut = Arc::new(Mutex::new(false));
+    let c = cut.clone();
+    *events.on_event.lock().unwrap() = Some(Box::new(move |e: &Value| {
+        let mut cut = c.lock().unwrap();
+        if e["type"] == "chunk" && !*cut {
+            // No panic here: this runs inside llb's event callback.
+            let down = Command::new("nsenter")
+                .args(["-t", &pid.to_string(), "-n", "ip", "link", "set", "llbB", "down"])
+                .status();
+            *cut = down.is_ok_and(|s| s.success());
+        }
+    }));
+    let t = Instant::now();
+    let r = pool.infer_with(&tool_call(true), &events);
+    let took = t.elapsed();
+    assert!(*cut.lock().unwrap(), "the link was not cut: no chunk came ({r})");
+    assert_eq!(r["code"], "device_unavailable", "a request whose server vanished must fail: {r}");
+    assert!(r["message"].as_str().unwrap().contains("RPC"), "{r}");
+    let bound = Duration::from_secs(3 * PEER_TIMEOUT_S);
+    assert!(took < bound, "the loss took {took:?} to notice (LLB_RPC_PEER_TIMEOUT={PEER_TIMEOUT_S})");
+    eprintln!("a vanished server ended the request after {:.1} s", took.as_secs_f64());
+    assert_eq!(pool.stats()["lost"], r["message"]);
+    assert_eq!(pool.infer(&tool_call(false))["code"], "device_unavailable");
+    drop((server, holder));
+}
+
+/// Runs test `name` of this binary again in a network namespace of its own (`unshare`, as root),
+/// with a short peer timeout: the namespaces and the veth pair vanish with its processes, which
+/// die with it (`--kill-child`, and the test's parent-death signals). Fails if it fails or runs
+/// past 120 s.
+fn rerun_in_own_network_namespace(name: &str) {
+    let unshare = ["-n", "--fork", "--kill-child"];
+    if !Command::new("unshare").args(unshare).arg("true").status().is_ok_and(|s| s.success()) {
+        assert!(std::env::var_os("LLB_REQUIRE_NETNS").is_none(), "LLB_REQUIRE_NETNS is set, but `unshare -n` fails");
+        eprintln!("skipped: `unshare -n` fails here (it needs root): no network namespace to cut");
+        return;
+    }
+    let bin = rpc_server_binary();
+    let mut child = Command::new("unshare")
+        .args(unshare)
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .env("LLB_RPC_IN_NETNS", "1")
+        .env("LLB_RPC_PEER_TIMEOUT", PEER_TIMEOUT_S.to_string())
+        .env("LLB_RPC_SERVER_BIN", &bin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("unshare -n");
+    // Its output is relayed line by line with a prefix, so that its own harness summary is not
+    // read as one of this binary's.
+    let relays: Vec<_> = [
+        child.stdout.take().map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+        child.stderr.take().map(|e| Box::new(e) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|r| {
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(r).lines().map_while(Result::ok).for_each(|l| eprintln!("[netns] {l}"));
+        })
+    })
+    .collect();
+    let t = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            relays.into_iter().for_each(|r| r.join().unwrap());
+            assert!(st.success(), "the test in its own network namespace failed (its output is above)");
+            return;
+        }
+        if t.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the test in its own network namespace hung: still running after 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -98,7 +98,11 @@ pub fn fixture_with(key: &str, opts: &FixtureOptions) -> PathBuf {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let path = fixtures_dir().join(format!("{}.gguf", sanitize(key)));
     if !path.exists() {
-        fixture::write_fixture(opts, &path).unwrap_or_else(|e| panic!("fixture {key}: {e}"));
+        // Written aside, then renamed: a test process of its own (tests/rpc.rs runs one) may ask
+        // for the same fixture at the same time, and must never read half a file.
+        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+        fixture::write_fixture(opts, &tmp).unwrap_or_else(|e| panic!("fixture {key}: {e}"));
+        std::fs::rename(&tmp, &path).unwrap_or_else(|e| panic!("fixture {key}: {e}"));
     }
     path
 }
