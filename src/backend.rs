@@ -386,6 +386,30 @@ fn ggml_kv_type(t: KvType) -> sys::ggml_type {
 /// Checks the device and memory fields of `config` against this build's devices and resolves
 /// them. Bad values are `invalid_argument`, a device that is not here `device_unavailable`.
 pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
+    let rpc = register_rpc_servers(config)?;
+    let all = devices();
+    let mut lp = LoadParams { devices: chosen_devices(config, &all, &rpc)?, ..LoadParams::default() };
+    // The GPUs the model would use: the listed ones, else every GPU.
+    let n_gpus = match &lp.devices {
+        None => all.iter().filter(|d| d.is_gpu()).count(),
+        Some(d) => d.len(),
+    };
+    place_layers(config, &all, n_gpus, &mut lp)?;
+    if let Some(v) = config.use_mmap {
+        lp.use_mmap = v;
+    }
+    if let Some(v) = config.use_mlock {
+        // SAFETY: no preconditions.
+        if v && !unsafe { sys::llama_supports_mlock() } {
+            bail!(InvalidArgument, "field `use_mlock`: this platform has no mlock");
+        }
+        lp.use_mlock = v;
+    }
+    Ok((lp, context_params(config)?))
+}
+
+/// Registers the config's `rpc_servers` (each checked: `rpc_add`); their device names.
+fn register_rpc_servers(config: &EngineConfig) -> Result<Vec<String>> {
     let mut rpc = Vec::new();
     if let Some(servers) = &config.rpc_servers {
         if servers.is_empty() {
@@ -395,8 +419,12 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
             rpc.extend(rpc_add(s)?);
         }
     }
-    let all = devices();
-    let mut lp = LoadParams::default();
+    Ok(rpc)
+}
+
+/// The devices llama.cpp is given: the config's `devices` (checked against `all`) plus this
+/// engine's RPC devices `rpc`; None is llama.cpp's default (every GPU).
+fn chosen_devices(config: &EngineConfig, all: &[Device], rpc: &[String]) -> Result<Option<Vec<String>>> {
     // `["none"]`, as llama.cpp's `--device none`: no GPU at all, not even for the big batches
     // llama.cpp would otherwise hand to a GPU while every layer stays on the CPU.
     let none = config.devices.as_deref().is_some_and(|d| d.iter().any(|n| n == "none"));
@@ -405,7 +433,7 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
     }
     for name in config.devices.iter().flatten().filter(|_| !none) {
         match all.iter().find(|d| &d.name == name) {
-            None => return Err(unknown_device(name, &all)),
+            None => return Err(unknown_device(name, all)),
             Some(d) if !d.is_gpu() => bail!(
                 InvalidArgument,
                 "field `devices`: `{name}` is a {} device; list GPUs only (the CPU is always used for what is not offloaded)",
@@ -414,6 +442,7 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
             Some(_) => {}
         }
     }
+    let mut chosen = None;
     if let Some(d) = &config.devices {
         if d.is_empty() {
             bail!(InvalidArgument, "field `devices`: an empty list; leave the field out to use every GPU");
@@ -424,12 +453,12 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
         if seen.len() != d.len() {
             bail!(InvalidArgument, "field `devices`: a device is listed twice");
         }
-        lp.devices = Some(if none { Vec::new() } else { d.clone() });
+        chosen = Some(if none { Vec::new() } else { d.clone() });
     }
     // RPC servers registered for other engines are not this one's: name the devices explicitly
     // whenever any are registered (llama.cpp's default would take every registered server).
     let registered_rpc = rpc_device_names();
-    match &mut lp.devices {
+    match &mut chosen {
         None if !registered_rpc.is_empty() => {
             let mut d: Vec<String> = all
                 .iter()
@@ -437,7 +466,7 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
                 .map(|d| d.name.clone())
                 .collect();
             d.extend(rpc.iter().cloned());
-            lp.devices = Some(d);
+            chosen = Some(d);
         }
         None => {}
         Some(d) => {
@@ -445,18 +474,19 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
             d.extend(more);
         }
     }
-    // The GPUs the model would use: the listed ones, else every GPU.
-    let n_gpus = match &lp.devices {
-        None => all.iter().filter(|d| d.is_gpu()).count(),
-        Some(d) => d.len(),
-    };
+    Ok(chosen)
+}
+
+/// `n_gpu_layers`, `main_gpu`, `split_mode` and `tensor_split`, checked against the `n_gpus` the
+/// model would use.
+fn place_layers(config: &EngineConfig, all: &[Device], n_gpus: usize, lp: &mut LoadParams) -> Result<()> {
     match config.n_gpu_layers {
         None | Some(-1) => lp.n_gpu_layers = if n_gpus > 0 { -1 } else { 0 },
         Some(n) if n < -1 => bail!(InvalidArgument, "field `n_gpu_layers`: {n}; use 0 to N layers, or -1 for all"),
         Some(n) if n > 0 && n_gpus == 0 => {
             return Err(Error::new(
                 ErrorCode::DeviceUnavailable,
-                format!("field `n_gpu_layers`: {n} layers asked for a GPU, but {}", gpu_names(&all)),
+                format!("field `n_gpu_layers`: {n} layers asked for a GPU, but {}", gpu_names(all)),
             ))
         }
         Some(n) => lp.n_gpu_layers = n,
@@ -468,7 +498,7 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
         if m as usize >= n_gpus {
             return Err(Error::new(
                 ErrorCode::DeviceUnavailable,
-                format!("field `main_gpu`: there is no GPU {m}: {}", gpu_names(&all)),
+                format!("field `main_gpu`: there is no GPU {m}: {}", gpu_names(all)),
             ));
         }
         lp.main_gpu = m;
@@ -490,22 +520,16 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
         if ts.len() > n_gpus.max(1) || ts.len() > max {
             return Err(Error::new(
                 ErrorCode::DeviceUnavailable,
-                format!("field `tensor_split`: {} proportions for {n_gpus} GPU(s): {}", ts.len(), gpu_names(&all)),
+                format!("field `tensor_split`: {} proportions for {n_gpus} GPU(s): {}", ts.len(), gpu_names(all)),
             ));
         }
         lp.tensor_split = ts.clone();
     }
-    if let Some(v) = config.use_mmap {
-        lp.use_mmap = v;
-    }
-    if let Some(v) = config.use_mlock {
-        // SAFETY: no preconditions.
-        if v && !unsafe { sys::llama_supports_mlock() } {
-            bail!(InvalidArgument, "field `use_mlock`: this platform has no mlock");
-        }
-        lp.use_mlock = v;
-    }
+    Ok(())
+}
 
+/// The KV cache and attention fields (`offload_kqv`, `type_k`, `type_v`, `flash_attn`).
+fn context_params(config: &EngineConfig) -> Result<ContextParams> {
     let mut cp = ContextParams::default();
     if let Some(v) = config.offload_kqv {
         cp.offload_kqv = v;
@@ -525,7 +549,7 @@ pub fn resolve(config: &EngineConfig) -> Result<(LoadParams, ContextParams)> {
         None | Some(FlashAttn::Auto) if v_quantized => sys::LLAMA_FLASH_ATTN_TYPE_ENABLED,
         None | Some(FlashAttn::Auto) => sys::LLAMA_FLASH_ATTN_TYPE_AUTO,
     };
-    Ok((lp, cp))
+    Ok(cp)
 }
 
 /// Checks, once the model is known, that a quantized KV type's blocks divide its attention
