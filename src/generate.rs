@@ -176,27 +176,7 @@ impl Run<'_> {
                 step = crate::jump::forced_tokens(&mut smpl, self.prompter, plan, room)?;
             }
             if step.is_empty() {
-                // One call allowed and the strict grammar is complete after a call: end the turn.
-                let force_end = plan.strict
-                    && plan.single_call
-                    && end_of_turn >= 0
-                    && !out.gen_tokens.is_empty()
-                    && smpl.grammar_allows(end_of_turn)?
-                    && plan
-                        .parser
-                        .parse(&String::from_utf8_lossy(&out.bytes), true)
-                        .is_ok_and(|m| !m.tool_calls.is_empty());
-                let greedy = syntax.as_ref().is_some_and(|t| t.position() == Position::Wrapper);
-                let tok = if force_end {
-                    end_of_turn
-                } else if greedy {
-                    smpl.sample_greedy(&logits)?
-                } else {
-                    smpl.sample(&logits)?
-                };
-                if let Some(why) = smpl.accept(tok)? {
-                    out.warnings.push(json!({"code": "grammar_disabled", "message": format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}")}));
-                }
+                let tok = self.next_token(plan, &mut smpl, syntax.as_ref(), &logits, out, end_of_turn)?;
                 // SAFETY: vocab is valid.
                 if unsafe { sys::llama_vocab_is_eog(vocab, tok) } {
                     out.n_sampled += 1;
@@ -211,16 +191,9 @@ impl Run<'_> {
                 }
             }
             out.n_forced += step.len() - sampled as usize;
-            for (i, &tok) in step.iter().enumerate() {
-                let row = (sampled && i == 0).then_some(&logits[..]);
-                let before = out.bytes.len();
-                let finish = self.record(req, plan, out, tok, row);
-                if let Some(t) = syntax.as_mut() {
-                    t.feed(&String::from_utf8_lossy(&out.bytes[before.min(out.bytes.len())..]));
-                }
-                if let Some(f) = finish {
-                    return Ok(f);
-                }
+            let row = sampled.then_some(&logits[..]);
+            if let Some(f) = self.record_step(req, plan, out, &step, row, syntax.as_mut()) {
+                return Ok(f);
             }
             ticket.submit(&step);
             if let Some(f) = self.partial(plan, resp, out, stream) {
@@ -241,6 +214,61 @@ impl Run<'_> {
                 Msg::Admitted { .. } | Msg::Progress { .. } => continue_recv(ticket)?,
             };
         }
+    }
+
+    /// The step's token from `logits`, accepted by the sampler: the end of the turn when one call
+    /// is allowed and the strict grammar is complete after a call, the greedy choice inside a
+    /// call's wrapper (deterministic call syntax), else the sampler's choice.
+    fn next_token(
+        &self,
+        plan: &Plan,
+        smpl: &mut Sampler,
+        syntax: Option<&Tracker>,
+        logits: &[f32],
+        out: &mut Output,
+        end_of_turn: sys::llama_token,
+    ) -> Result<sys::llama_token> {
+        let force_end = plan.strict
+            && plan.single_call
+            && end_of_turn >= 0
+            && !out.gen_tokens.is_empty()
+            && smpl.grammar_allows(end_of_turn)?
+            && plan.parser.parse(&String::from_utf8_lossy(&out.bytes), true).is_ok_and(|m| !m.tool_calls.is_empty());
+        let tok = if force_end {
+            end_of_turn
+        } else if syntax.is_some_and(|t| t.position() == Position::Wrapper) {
+            smpl.sample_greedy(logits)?
+        } else {
+            smpl.sample(logits)?
+        };
+        if let Some(why) = smpl.accept(tok)? {
+            out.warnings.push(json!({"code": "grammar_disabled", "message": format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}")}));
+        }
+        Ok(tok)
+    }
+
+    /// Records a step's tokens (the first sampled from `row` when given, the rest forced) and
+    /// feeds their text to the call-syntax tracker; the finish, when a token ends the reply.
+    fn record_step(
+        &self,
+        req: &ChatRequest,
+        plan: &Plan,
+        out: &mut Output,
+        step: &[sys::llama_token],
+        row: Option<&[f32]>,
+        mut syntax: Option<&mut Tracker>,
+    ) -> Option<Finish> {
+        for (i, &tok) in step.iter().enumerate() {
+            let before = out.bytes.len();
+            let finish = self.record(req, plan, out, tok, row.filter(|_| i == 0));
+            if let Some(t) = syntax.as_mut() {
+                t.feed(&String::from_utf8_lossy(&out.bytes[before.min(out.bytes.len())..]));
+            }
+            if finish.is_some() {
+                return finish;
+            }
+        }
+        None
     }
 
     /// Deterministic call syntax: on unless the request or the config turns it off, for plans
