@@ -167,85 +167,21 @@ impl Sampler {
         grammar: Option<&GrammarSpec>,
         not_utf8: &[sys::llama_token],
     ) -> Result<Sampler> {
-        // SAFETY: plain constructors; the chain owns what is added to it.
-        let chain = unsafe {
-            let chain = sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params());
-            if let Err(e) = p.add_adjustments(chain, sys::llama_vocab_n_tokens(vocab)) {
-                sys::llama_sampler_free(chain);
-                return Err(e);
-            }
-            if p.temperature <= 0.0 {
-                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_greedy());
-            } else {
-                if p.top_k > 0 {
-                    sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_top_k(p.top_k));
-                }
-                if p.top_p < 1.0 {
-                    sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_top_p(p.top_p, 1));
-                }
-                if p.min_p > 0.0 {
-                    sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_min_p(p.min_p, 1));
-                }
-                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_temp(p.temperature));
-                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_dist(p.seed));
-            }
-            chain
-        };
         // SAFETY: vocab is valid per the contract.
         let n_vocab = unsafe { sys::llama_vocab_n_tokens(vocab) } as usize;
-        let needed = if p.adjusts_logits() {
-            usize::MAX // a bias or a negative penalty may lift any token to the top
-        } else if p.temperature <= 0.0 {
-            1
-        } else if p.top_k > 0 {
-            p.top_k as usize
-        } else {
-            usize::MAX
-        };
         let mut s = Sampler {
-            chain,
+            // SAFETY: as above.
+            chain: unsafe { chain(vocab, p)? },
             grammar: ptr::null_mut(),
             cur: Vec::with_capacity(n_vocab),
             n_vocab,
-            needed,
+            needed: candidates_needed(p),
             bias: p.logit_bias.clone(),
             utf8: None,
         };
         if let Some(g) = grammar.filter(|g| !g.gbnf.is_empty()) {
-            let gbnf = CString::new(g.gbnf.as_str()).map_err(|_| {
-                // Only a request's schema (a `pattern` with a raw NUL) can put one there.
-                Error::new(
-                    ErrorCode::InvalidArgument,
-                    "the request's tool schemas or response_format give a grammar holding a NUL character",
-                )
-            })?;
-            let pats: Vec<CString> =
-                g.trigger_patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
-            let pat_ptrs: Vec<*const c_char> = pats.iter().map(|p| p.as_ptr()).collect();
-            let mut err: *mut c_char = ptr::null_mut();
-            // SAFETY: every pointer outlives the call; s.grammar is a valid out-pointer.
-            let st = unsafe {
-                sys::llb_shim_grammar_new(
-                    vocab,
-                    gbnf.as_ptr(),
-                    g.lazy as i32,
-                    pat_ptrs.as_ptr() as *mut *const c_char,
-                    pat_ptrs.len(),
-                    g.trigger_tokens.as_ptr(),
-                    g.trigger_tokens.len(),
-                    &mut s.grammar,
-                    &mut err,
-                )
-            };
-            if st == sys::LLB_SHIM_INVALID {
-                // The grammar comes from the request's tool schemas and response_format: one
-                // llama.cpp cannot parse is the request's to fix, not an internal error.
-                let what = "the request's tool schemas or response_format give a grammar llama.cpp cannot parse";
-                let mut e = shim_err(st, err, what).unwrap_err();
-                e.code = ErrorCode::InvalidArgument;
-                return Err(e);
-            }
-            shim_err(st, err, "building the grammar sampler")?;
+            // SAFETY: as above. On an error `s` is dropped, which frees the chain.
+            s.grammar = unsafe { grammar_sampler(vocab, g)? };
             s.utf8 = Some(Utf8Guard { vocab, never: not_utf8.to_vec(), pending: Vec::new() });
         }
         Ok(s)
@@ -440,6 +376,94 @@ impl Sampler {
         shim_err(st, err, "sampler accept")?;
         Ok(dropped)
     }
+}
+
+/// The sampling chain for `p`: logit adjustments, then greedy at temperature 0, else top-k,
+/// top-p, min-p, temperature and a seeded draw.
+///
+/// # Safety
+/// `vocab` must be valid.
+unsafe fn chain(vocab: *const sys::llama_vocab, p: &SamplingParams) -> Result<*mut sys::llama_sampler> {
+    // SAFETY: plain constructors; the chain owns what is added to it.
+    unsafe {
+        let chain = sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params());
+        if let Err(e) = p.add_adjustments(chain, sys::llama_vocab_n_tokens(vocab)) {
+            sys::llama_sampler_free(chain);
+            return Err(e);
+        }
+        if p.temperature <= 0.0 {
+            sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_greedy());
+        } else {
+            if p.top_k > 0 {
+                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_top_k(p.top_k));
+            }
+            if p.top_p < 1.0 {
+                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_top_p(p.top_p, 1));
+            }
+            if p.min_p > 0.0 {
+                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_min_p(p.min_p, 1));
+            }
+            sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_temp(p.temperature));
+            sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_dist(p.seed));
+        }
+        Ok(chain)
+    }
+}
+
+/// How many of the best candidates the chain can pick from: the grammar need only check those.
+fn candidates_needed(p: &SamplingParams) -> usize {
+    if p.adjusts_logits() {
+        usize::MAX // a bias or a negative penalty may lift any token to the top
+    } else if p.temperature <= 0.0 {
+        1
+    } else if p.top_k > 0 {
+        p.top_k as usize
+    } else {
+        usize::MAX
+    }
+}
+
+/// llama.cpp's grammar sampler for `g` (lazy with its triggers, or strict). A grammar llama.cpp
+/// cannot parse, or one holding a NUL, comes from the request: `invalid_argument`.
+///
+/// # Safety
+/// `vocab` must be valid for the sampler's lifetime.
+unsafe fn grammar_sampler(vocab: *const sys::llama_vocab, g: &GrammarSpec) -> Result<*mut sys::llama_sampler> {
+    let gbnf = CString::new(g.gbnf.as_str()).map_err(|_| {
+        // Only a request's schema (a `pattern` with a raw NUL) can put one there.
+        Error::new(
+            ErrorCode::InvalidArgument,
+            "the request's tool schemas or response_format give a grammar holding a NUL character",
+        )
+    })?;
+    let pats: Vec<CString> = g.trigger_patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
+    let pat_ptrs: Vec<*const c_char> = pats.iter().map(|p| p.as_ptr()).collect();
+    let mut grammar = ptr::null_mut();
+    let mut err: *mut c_char = ptr::null_mut();
+    // SAFETY: every pointer outlives the call; `grammar` is a valid out-pointer.
+    let st = unsafe {
+        sys::llb_shim_grammar_new(
+            vocab,
+            gbnf.as_ptr(),
+            g.lazy as i32,
+            pat_ptrs.as_ptr() as *mut *const c_char,
+            pat_ptrs.len(),
+            g.trigger_tokens.as_ptr(),
+            g.trigger_tokens.len(),
+            &mut grammar,
+            &mut err,
+        )
+    };
+    if st == sys::LLB_SHIM_INVALID {
+        // The grammar comes from the request's tool schemas and response_format: one
+        // llama.cpp cannot parse is the request's to fix, not an internal error.
+        let what = "the request's tool schemas or response_format give a grammar llama.cpp cannot parse";
+        let mut e = shim_err(st, err, what).unwrap_err();
+        e.code = ErrorCode::InvalidArgument;
+        return Err(e);
+    }
+    shim_err(st, err, "building the grammar sampler")?;
+    Ok(grammar)
 }
 
 impl Drop for Sampler {
