@@ -424,6 +424,32 @@ impl ChatRequest {
     /// Checks what serde cannot: cross-field rules and value ranges.
     pub fn validate(&self) -> Result<()> {
         self.validate_openai_fields()?;
+        self.validate_messages()?;
+        self.validate_sampling()?;
+        let tools = self.tools.as_deref().unwrap_or(&[]);
+        let names = validate_tools(tools)?;
+        match self.choice() {
+            Choice::Required if tools.is_empty() => {
+                bail!(InvalidArgument, "field `tool_choice`: `required` needs `tools`")
+            }
+            Choice::Named(n) if !names.contains(n.as_str()) => {
+                bail!(InvalidArgument, "field `tool_choice`: no tool named `{n}` in `tools`")
+            }
+            _ => {}
+        }
+        if let Some(rf) = &self.response_format {
+            if rf.kind == ResponseFormatKind::JsonSchema && rf.json_schema.is_none() {
+                bail!(InvalidArgument, "field `response_format.json_schema`: required with type json_schema");
+            }
+            if rf.kind != ResponseFormatKind::Text && !tools.is_empty() && self.choice() != Choice::None {
+                bail!(InvalidArgument, "field `response_format`: cannot be combined with tools");
+            }
+        }
+        Ok(())
+    }
+
+    /// Each message has what its role needs, and nothing only another role may carry.
+    fn validate_messages(&self) -> Result<()> {
         if self.messages.is_empty() {
             bail!(InvalidArgument, "field `messages`: must hold at least one message");
         }
@@ -452,6 +478,11 @@ impl ChatRequest {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The sampling fields' ranges.
+    fn validate_sampling(&self) -> Result<()> {
         if let Some(t) = self.temperature {
             if !(0.0..=2.0).contains(&t) {
                 bail!(InvalidArgument, "field `temperature`: must be between 0 and 2");
@@ -472,52 +503,6 @@ impl ChatRequest {
         }
         if self.n.is_some_and(|n| n != 1) {
             bail!(InvalidArgument, "field `n`: only 1 is supported");
-        }
-        let tools = self.tools.as_deref().unwrap_or(&[]);
-        let mut names = std::collections::HashSet::new();
-        for (i, t) in tools.iter().enumerate() {
-            let name = &t.function.name;
-            // OpenAI's rule: the name is spliced into prompts, grammars and parsers verbatim.
-            if name.is_empty()
-                || name.len() > 64
-                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-            {
-                bail!(
-                    InvalidArgument,
-                    "field `tools[{i}].function.name`: must be 1-64 characters of a-z, A-Z, 0-9, _ and - (as OpenAI requires)"
-                );
-            }
-            if !names.insert(name.as_str()) {
-                bail!(InvalidArgument, "field `tools[{i}].function.name`: duplicate name {name:?}");
-            }
-            if let Some(p) = &t.function.parameters {
-                if !p.is_object() {
-                    bail!(InvalidArgument, "field `tools[{i}].function.parameters`: must be a JSON Schema object");
-                }
-                crate::constrain::check_tool_schema(name, p).map_err(|e| {
-                    Error::new(
-                        ErrorCode::InvalidArgument,
-                        format!("field `tools[{i}].function.parameters`: {}", e.message),
-                    )
-                })?;
-            }
-        }
-        match self.choice() {
-            Choice::Required if tools.is_empty() => {
-                bail!(InvalidArgument, "field `tool_choice`: `required` needs `tools`")
-            }
-            Choice::Named(n) if !names.contains(n.as_str()) => {
-                bail!(InvalidArgument, "field `tool_choice`: no tool named `{n}` in `tools`")
-            }
-            _ => {}
-        }
-        if let Some(rf) = &self.response_format {
-            if rf.kind == ResponseFormatKind::JsonSchema && rf.json_schema.is_none() {
-                bail!(InvalidArgument, "field `response_format.json_schema`: required with type json_schema");
-            }
-            if rf.kind != ResponseFormatKind::Text && !tools.is_empty() && self.choice() != Choice::None {
-                bail!(InvalidArgument, "field `response_format`: cannot be combined with tools");
-            }
         }
         Ok(())
     }
@@ -612,6 +597,36 @@ impl ChatRequest {
             ),
         }
     }
+}
+
+/// Tool names (OpenAI's rule, unique) and parameter schemas llb can compile; the names.
+fn validate_tools(tools: &[Tool]) -> Result<std::collections::HashSet<&str>> {
+    let mut names = std::collections::HashSet::new();
+    for (i, t) in tools.iter().enumerate() {
+        let name = &t.function.name;
+        // OpenAI's rule: the name is spliced into prompts, grammars and parsers verbatim.
+        if name.is_empty()
+            || name.len() > 64
+            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            bail!(
+                InvalidArgument,
+                "field `tools[{i}].function.name`: must be 1-64 characters of a-z, A-Z, 0-9, _ and - (as OpenAI requires)"
+            );
+        }
+        if !names.insert(name.as_str()) {
+            bail!(InvalidArgument, "field `tools[{i}].function.name`: duplicate name {name:?}");
+        }
+        if let Some(p) = &t.function.parameters {
+            if !p.is_object() {
+                bail!(InvalidArgument, "field `tools[{i}].function.parameters`: must be a JSON Schema object");
+            }
+            crate::constrain::check_tool_schema(name, p).map_err(|e| {
+                Error::new(ErrorCode::InvalidArgument, format!("field `tools[{i}].function.parameters`: {}", e.message))
+            })?;
+        }
+    }
+    Ok(names)
 }
 
 /// Text parts only: an image, audio or file part is an error naming it.
