@@ -35,6 +35,16 @@ pub struct Plan {
     pub call_syntax: Option<CallSyntax>,
 }
 
+/// A rendered prompt with the chat params, grammar and grammar prefill that constrain its reply.
+struct Rendered {
+    prompt: String,
+    params: ChatParams,
+    grammar: Option<GrammarSpec>,
+    prefill: Option<String>,
+    /// llb's strict grammar for the template's call section (not the template's own).
+    strict: bool,
+}
+
 /// A model's chat side: its templates and what they can do, with the engine's defaults.
 pub struct Prompter {
     model: Arc<Model>,
@@ -179,49 +189,19 @@ impl Prompter {
         let tools_json = tools_all.map(|t| serde_json::to_value(t).unwrap_or(Value::Null));
         let choice = if tools_all.is_none() { Choice::None } else { req.choice() };
         let thinking = self.kwargs(req).get("enable_thinking").and_then(Value::as_bool).unwrap_or(true);
-
-        let mut strict = false;
-        let (prompt, params, grammar, prefill) = match &choice {
+        let r = match &choice {
             Choice::Auto | Choice::None => {
                 let mode = if choice == Choice::Auto { "auto" } else { "none" };
-                let p = self.apply(req, &req.messages, tools_json.clone(), mode, true)?;
+                let p = self.apply(req, &req.messages, tools_json, mode, true)?;
                 let (grammar, prefill) = self.grammar_of(&p)?;
-                (p.prompt.clone(), p, grammar, prefill)
+                Rendered { prompt: p.prompt.clone(), params: p, grammar, prefill, strict: false }
             }
             Choice::Required | Choice::Named(_) => {
-                // The prompt always lists every tool (a stable KV prefix); a named choice narrows
-                // only the constraint and the parser.
-                let all = self.apply(req, &req.messages, tools_json.clone(), "required", true)?;
-                let typed: Vec<request::Tool> = match &choice {
-                    Choice::Named(name) => {
-                        tools_all.unwrap().iter().filter(|t| &t.function.name == name).cloned().collect()
-                    }
-                    _ => tools_all.unwrap().clone(),
-                };
-                let section_tools = serde_json::to_value(&typed).unwrap_or(Value::Null);
-                let p = if matches!(choice, Choice::Named(_)) {
-                    self.apply(req, &req.messages, Some(section_tools.clone()), "required", true)?
-                } else {
-                    all.clone()
-                };
-                let section = crate::constrain::strict_section(&p.parser, &typed)?;
-                let (grammar, prefill) = if section.is_empty() {
-                    self.grammar_of(&p)?
-                } else {
-                    strict = true;
-                    let single = !self.parallel(req);
-                    (
-                        Some(GrammarSpec {
-                            gbnf: strict_grammar(&section, &p, thinking, single),
-                            ..Default::default()
-                        }),
-                        None,
-                    )
-                };
-                (all.prompt.clone(), p, grammar, prefill)
+                self.render_required(req, tools_all.unwrap(), tools_json, &choice, thinking)?
             }
         };
-        let parser = Parser::new(&params, self.reasoning_format(req), choice != Choice::None)?;
+        let params = &r.params;
+        let parser = Parser::new(params, self.reasoning_format(req), choice != Choice::None)?;
         let mut stops = params.additional_stops.clone();
         stops.extend(req.stop_strings());
         let preserved = params
@@ -232,8 +212,7 @@ impl Prompter {
                 _ => None,
             })
             .collect();
-        let single_call = choice != Choice::None && !self.parallel(req);
-        let call_syntax = grammar.as_ref().filter(|_| choice != Choice::None).and_then(|g| {
+        let call_syntax = r.grammar.as_ref().filter(|_| choice != Choice::None).and_then(|g| {
             let words: Vec<String> = params
                 .grammar_triggers
                 .iter()
@@ -241,24 +220,56 @@ impl Prompter {
                 .map(|t| t.value.clone())
                 .collect();
             let s = CallSyntax::from_grammar(&g.gbnf, &words)?;
-            Some(if strict {
-                s.strict_section(&params.thinking_end_tag, self.may_reason(&params, thinking))
+            Some(if r.strict {
+                s.strict_section(&params.thinking_end_tag, self.may_reason(params, thinking))
             } else {
                 s
             })
         });
         Ok(Plan {
-            prompt,
+            prompt: r.prompt,
             parser,
-            grammar,
-            grammar_prefill: prefill,
+            grammar: r.grammar,
+            grammar_prefill: r.prefill,
             stops,
             preserved,
             parse_tool_calls: choice != Choice::None,
-            single_call,
-            strict,
+            single_call: choice != Choice::None && !self.parallel(req),
+            strict: r.strict,
             call_syntax,
         })
+    }
+
+    /// `required` or a named tool: the prompt always lists every tool (a stable KV prefix); a
+    /// named choice narrows only the constraint and the parser. The grammar is llb's strict one
+    /// where the template's call section is known, else the template's own.
+    fn render_required(
+        &self,
+        req: &ChatRequest,
+        tools_all: &[request::Tool],
+        tools_json: Option<Value>,
+        choice: &Choice,
+        thinking: bool,
+    ) -> Result<Rendered> {
+        let all = self.apply(req, &req.messages, tools_json, "required", true)?;
+        let typed: Vec<request::Tool> = match choice {
+            Choice::Named(name) => tools_all.iter().filter(|t| &t.function.name == name).cloned().collect(),
+            _ => tools_all.to_vec(),
+        };
+        let p = if matches!(choice, Choice::Named(_)) {
+            let section_tools = serde_json::to_value(&typed).unwrap_or(Value::Null);
+            self.apply(req, &req.messages, Some(section_tools), "required", true)?
+        } else {
+            all.clone()
+        };
+        let section = crate::constrain::strict_section(&p.parser, &typed)?;
+        if section.is_empty() {
+            let (grammar, prefill) = self.grammar_of(&p)?;
+            return Ok(Rendered { prompt: all.prompt, params: p, grammar, prefill, strict: false });
+        }
+        let single = !self.parallel(req);
+        let grammar = GrammarSpec { gbnf: strict_grammar(&section, &p, thinking, single), ..Default::default() };
+        Ok(Rendered { prompt: all.prompt, params: p, grammar: Some(grammar), prefill: None, strict: true })
     }
 
     /// Whether a strict reply may open with a reasoning block (see [`strict_grammar`]).
