@@ -109,7 +109,7 @@ public final class ChatEngine implements AutoCloseable {
      * @throws IllegalStateException after {@link #close()}
      */
     public String infer(String requestJson) {
-        return call(requestJson, null, null);
+        return run(ChatCall.infer(requestJson));
     }
 
     /**
@@ -120,7 +120,7 @@ public final class ChatEngine implements AutoCloseable {
      * @return the {@code chat.completion} JSON ({@code finish_reason "cancelled"} when cancelled)
      */
     public String infer(String requestJson, CancellationToken cancel) {
-        return call(requestJson, null, Objects.requireNonNull(cancel, "cancel"));
+        return run(ChatCall.infer(requestJson, cancel));
     }
 
     /**
@@ -135,8 +135,7 @@ public final class ChatEngine implements AutoCloseable {
      * @return the final {@code chat.completion} JSON
      */
     public String stream(String requestJson, Consumer<String> onChunk) {
-        return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
-                Objects.requireNonNull(onChunk, "onChunk"), null);
+        return run(ChatCall.stream(requestJson, onChunk));
     }
 
     /**
@@ -150,12 +149,10 @@ public final class ChatEngine implements AutoCloseable {
      * @return the final {@code chat.completion} JSON
      */
     public String stream(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
-        return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
-                Objects.requireNonNull(onChunk, "onChunk"), Objects.requireNonNull(cancel, "cancel"));
+        return run(ChatCall.stream(requestJson, onChunk, cancel));
     }
 
-    private String call(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
-        Objects.requireNonNull(requestJson, "requestJson");
+    private String run(ChatCall call) {
         ensureOpen();
         // Held for the whole native call. Re-entry from a callback of this engine is "busy" too.
         if (callLock.isHeldByCurrentThread() || !callLock.tryLock()) {
@@ -163,18 +160,7 @@ public final class ChatEngine implements AutoCloseable {
         }
         try {
             ensureOpen();
-            events.begin(onChunk, cancel);
-            String response;
-            Throwable fromCallback;
-            try {
-                response = Native.chatInfer(handle, requestJson);
-            } finally {
-                fromCallback = events.end();
-            }
-            if (fromCallback != null) {
-                throw rethrow(fromCallback);
-            }
-            return Json.orThrow(response);
+            return call.run(events, json -> Native.chatInfer(handle, json));
         } finally {
             if (closed) {
                 resources.clean(); // close() was called during this call (maybe from a callback)
@@ -194,7 +180,7 @@ public final class ChatEngine implements AutoCloseable {
         closed = true;
         events.abort();
         if (callLock.isHeldByCurrentThread()) {
-            return; // inside a callback of this engine: call() frees it on its way out
+            return; // inside a callback of this engine: run() frees it on its way out
         }
         callLock.lock();
         try {
@@ -222,15 +208,5 @@ public final class ChatEngine implements AutoCloseable {
         if (closed) {
             throw new IllegalStateException("this ChatEngine is closed");
         }
-    }
-
-    private static RuntimeException rethrow(Throwable t) {
-        if (t instanceof RuntimeException r) {
-            return r;
-        }
-        if (t instanceof Error e) {
-            throw e;
-        }
-        return new IllegalStateException("a chunk consumer threw a checked exception", t);
     }
 }

@@ -107,7 +107,7 @@ public final class ChatPool implements AutoCloseable {
      * @throws IllegalStateException after {@link #close()}
      */
     public String infer(String requestJson) {
-        return call(requestJson, null, null);
+        return run(ChatCall.infer(requestJson));
     }
 
     /**
@@ -118,7 +118,7 @@ public final class ChatPool implements AutoCloseable {
      * @return the {@code chat.completion} JSON ({@code finish_reason "cancelled"} when cancelled)
      */
     public String infer(String requestJson, CancellationToken cancel) {
-        return call(requestJson, null, Objects.requireNonNull(cancel, "cancel"));
+        return run(ChatCall.infer(requestJson, cancel));
     }
 
     /**
@@ -131,8 +131,7 @@ public final class ChatPool implements AutoCloseable {
      * @return the final {@code chat.completion} JSON
      */
     public String stream(String requestJson, Consumer<String> onChunk) {
-        return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
-                Objects.requireNonNull(onChunk, "onChunk"), null);
+        return run(ChatCall.stream(requestJson, onChunk));
     }
 
     /**
@@ -144,8 +143,7 @@ public final class ChatPool implements AutoCloseable {
      * @return the final {@code chat.completion} JSON
      */
     public String stream(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
-        return call(Json.withStreamTrue(Objects.requireNonNull(requestJson, "requestJson")),
-                Objects.requireNonNull(onChunk, "onChunk"), Objects.requireNonNull(cancel, "cancel"));
+        return run(ChatCall.stream(requestJson, onChunk, cancel));
     }
 
     /**
@@ -163,23 +161,11 @@ public final class ChatPool implements AutoCloseable {
         }
     }
 
-    private String call(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
-        Objects.requireNonNull(requestJson, "requestJson");
+    private String run(ChatCall call) {
         EventDispatcher events = new EventDispatcher();
-        events.begin(onChunk, cancel);
         enter(events);
         try {
-            String response;
-            Throwable fromCallback;
-            try {
-                response = Native.poolInfer(handle, requestJson, events);
-            } finally {
-                fromCallback = events.end();
-            }
-            if (fromCallback != null) {
-                throw rethrow(fromCallback);
-            }
-            return Json.orThrow(response);
+            return call.run(events, json -> Native.poolInfer(handle, json, events));
         } finally {
             leave(events);
         }
@@ -250,15 +236,5 @@ public final class ChatPool implements AutoCloseable {
         synchronized (lock) {
             return closed;
         }
-    }
-
-    private static RuntimeException rethrow(Throwable t) {
-        if (t instanceof RuntimeException r) {
-            return r;
-        }
-        if (t instanceof Error e) {
-            throw e;
-        }
-        return new IllegalStateException("a chunk consumer threw a checked exception", t);
     }
 }

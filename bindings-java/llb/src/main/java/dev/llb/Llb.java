@@ -78,12 +78,7 @@ public final class Llb {
         String result = Native.modelPull(requestJson, events);
         Throwable failed = events.failure();
         if (failed != null) {
-            if (failed instanceof RuntimeException r) {
-                throw r;
-            }
-            if (failed instanceof Error e) {
-                throw e;
-            }
+            Native.throwIfUnchecked(failed);
             throw new LlbException("cancelled", "the pull event consumer failed: " + failed);
         }
         return Json.orThrow(result);

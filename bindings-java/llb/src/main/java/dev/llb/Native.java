@@ -228,12 +228,20 @@ final class Native {
 
     /** Downcalls declare Throwable; only unchecked ones can happen. */
     private static RuntimeException unexpected(Throwable t) {
+        throwIfUnchecked(t);
+        throw new AssertionError("unexpected checked exception from a downcall", t);
+    }
+
+    /**
+     * Throws {@code t} as it is when it is unchecked (a {@link RuntimeException} or an
+     * {@link Error}); returns when it is checked. For what a downcall or an upcall's consumer threw.
+     */
+    static void throwIfUnchecked(Throwable t) {
         if (t instanceof RuntimeException r) {
             throw r;
         }
         if (t instanceof Error e) {
             throw e;
         }
-        throw new AssertionError("unexpected checked exception from a downcall", t);
     }
 }

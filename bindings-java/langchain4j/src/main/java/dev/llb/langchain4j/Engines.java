@@ -5,6 +5,7 @@ import dev.llb.ChatEngine;
 import dev.llb.LlbException;
 import java.util.Objects;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Function;
 
 /**
  * The engine behind a model: opened from a {@link ChatConfig} (and then owned and closed by the
@@ -15,7 +16,7 @@ final class Engines implements AutoCloseable {
     private final ChatEngine engine;
     private final boolean owned;
     final String modelName;
-    final ReentrantLock lock = new ReentrantLock(true);
+    private final ReentrantLock lock = new ReentrantLock(true);
 
     private Engines(ChatEngine engine, boolean owned, String modelName) {
         this.engine = engine;
@@ -38,8 +39,19 @@ final class Engines implements AutoCloseable {
         }
     }
 
-    ChatEngine engine() {
-        return engine;
+    /**
+     * Runs {@code call} on the engine once the calls before it have returned; llb's errors come out
+     * as LangChain4j's ({@link Mapping#error}).
+     */
+    <T> T call(Function<ChatEngine, T> call) {
+        lock.lock();
+        try {
+            return call.apply(engine);
+        } catch (LlbException e) {
+            throw Mapping.error(e);
+        } finally {
+            lock.unlock();
+        }
     }
 
     @Override

@@ -6,9 +6,7 @@ import dev.langchain4j.model.chat.ChatModel;
 import dev.langchain4j.model.chat.listener.ChatModelListener;
 import dev.langchain4j.model.chat.request.ChatRequest;
 import dev.langchain4j.model.chat.request.ChatRequestParameters;
-import dev.langchain4j.model.chat.request.DefaultChatRequestParameters;
 import dev.langchain4j.model.chat.response.ChatResponse;
-import dev.llb.ChatConfig;
 import dev.llb.ChatEngine;
 import dev.llb.LlbException;
 import java.util.List;
@@ -44,10 +42,10 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
     private final Mapping.Extras extras;
 
     private LlbChatModel(Builder b) {
-        this.defaults = b.defaultRequestParameters != null ? b.defaultRequestParameters : DefaultChatRequestParameters.EMPTY;
-        this.listeners = List.copyOf(b.listeners);
-        this.extras = new Mapping.Extras(b.seed, b.parallelToolCalls, b.strictTools);
-        this.engines = Engines.of(b.config, b.engine, b.modelName);
+        this.defaults = b.defaults();
+        this.listeners = b.listenerList();
+        this.extras = b.extras();
+        this.engines = b.engines();
     }
 
     /**
@@ -62,16 +60,7 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
     @Override
     public ChatResponse doChat(ChatRequest request) {
         String json = Mapping.request(request, extras);
-        String completion;
-        engines.lock.lock();
-        try {
-            completion = engines.engine().infer(json);
-        } catch (LlbException e) {
-            throw Mapping.error(e);
-        } finally {
-            engines.lock.unlock();
-        }
-        return Mapping.response(completion, engines.modelName);
+        return Mapping.response(engines.call(engine -> engine.infer(json)), engines.modelName);
     }
 
     @Override
@@ -95,113 +84,18 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         return Set.of(Capability.RESPONSE_FORMAT_JSON_SCHEMA);
     }
 
-    /** Closes the engine if this model opened it ({@link Builder#config}); an engine given to {@link Builder#engine} stays open. */
+    /** Closes the engine if this model opened it ({@link Builder#config Builder.config}); an engine given to {@link Builder#engine Builder.engine} stays open. */
     @Override
     public void close() {
         engines.close();
     }
 
-    /** Builds an {@link LlbChatModel}: {@link #config} or {@link #engine}, the rest optional. */
-    public static final class Builder {
-        private ChatConfig config;
-        private ChatEngine engine;
-        private String modelName;
-        private ChatRequestParameters defaultRequestParameters;
-        private List<ChatModelListener> listeners = List.of();
-        private Long seed;
-        private Boolean parallelToolCalls;
-        private boolean strictTools;
-
+    /** Builds an {@link LlbChatModel}: {@link #config config} or {@link #engine engine}, the rest optional. */
+    public static final class Builder extends LlbModelBuilder<Builder> {
         private Builder() {}
 
-        /**
-         * The model and engine settings; the model opens the engine and closes it in {@link LlbChatModel#close()}.
-         *
-         * @param config e.g. {@code ChatConfig.of(path).withContextSize(8192)}
-         * @return this builder
-         */
-        public Builder config(ChatConfig config) {
-            this.config = config;
-            return this;
-        }
-
-        /**
-         * An engine the caller opened and will close.
-         *
-         * @param engine the engine
-         * @return this builder
-         */
-        public Builder engine(ChatEngine engine) {
-            this.engine = engine;
-            return this;
-        }
-
-        /**
-         * The name reported in responses.
-         *
-         * @param modelName default: the GGUF's file name
-         * @return this builder
-         */
-        public Builder modelName(String modelName) {
-            this.modelName = modelName;
-            return this;
-        }
-
-        /**
-         * Parameters of every request (a request's own parameters win).
-         *
-         * @param parameters temperature, max output tokens, tool choice, ...
-         * @return this builder
-         */
-        public Builder defaultRequestParameters(ChatRequestParameters parameters) {
-            this.defaultRequestParameters = parameters;
-            return this;
-        }
-
-        /**
-         * LangChain4j's model listeners.
-         *
-         * @param listeners called around each request
-         * @return this builder
-         */
-        public Builder listeners(List<ChatModelListener> listeners) {
-            this.listeners = listeners == null ? List.of() : listeners;
-            return this;
-        }
-
-        /**
-         * The sampling seed of every request ({@code seed}).
-         *
-         * @param seed the seed
-         * @return this builder
-         */
-        public Builder seed(Long seed) {
-            this.seed = seed;
-            return this;
-        }
-
-        /**
-         * Whether the model may call several tools at once ({@code parallel_tool_calls}; llb's default: yes, where the template can).
-         *
-         * @param parallelToolCalls the switch
-         * @return this builder
-         */
-        public Builder parallelToolCalls(Boolean parallelToolCalls) {
-            this.parallelToolCalls = parallelToolCalls;
-            return this;
-        }
-
-        /**
-         * Sends tools in OpenAI's strict mode: {@code "strict":true}, every object's properties
-         * required and no others allowed ({@code "additionalProperties":false}). llb's grammar then
-         * holds the model to exactly the tool's parameters; without it a schema that does not say
-         * {@code additionalProperties} lets the model add properties of its own.
-         *
-         * @param strictTools default false, as LangChain4j's OpenAI module
-         * @return this builder
-         */
-        public Builder strictTools(boolean strictTools) {
-            this.strictTools = strictTools;
+        @Override
+        Builder self() {
             return this;
         }
 

@@ -7,7 +7,6 @@ import dev.langchain4j.model.chat.StreamingChatModel;
 import dev.langchain4j.model.chat.listener.ChatModelListener;
 import dev.langchain4j.model.chat.request.ChatRequest;
 import dev.langchain4j.model.chat.request.ChatRequestParameters;
-import dev.langchain4j.model.chat.request.DefaultChatRequestParameters;
 import dev.langchain4j.model.chat.response.ChatResponse;
 import dev.langchain4j.model.chat.response.CompleteToolCall;
 import dev.langchain4j.model.chat.response.PartialResponse;
@@ -19,7 +18,6 @@ import dev.langchain4j.model.chat.response.PartialToolCallContext;
 import dev.langchain4j.model.chat.response.StreamingChatResponseHandler;
 import dev.langchain4j.model.chat.response.StreamingHandle;
 import dev.llb.CancellationToken;
-import dev.llb.ChatConfig;
 import dev.llb.ChatEngine;
 import dev.llb.LlbException;
 import java.util.HashMap;
@@ -70,11 +68,11 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
     private final Executor executor;
 
     private LlbStreamingChatModel(Builder b) {
-        this.defaults = b.defaultRequestParameters != null ? b.defaultRequestParameters : DefaultChatRequestParameters.EMPTY;
-        this.listeners = List.copyOf(b.listeners);
-        this.extras = new Mapping.Extras(b.seed, b.parallelToolCalls, b.strictTools);
+        this.defaults = b.defaults();
+        this.listeners = b.listenerList();
+        this.extras = b.extras();
         this.executor = b.executor != null ? b.executor : Builder.DEFAULT_EXECUTOR;
-        this.engines = Engines.of(b.config, b.engine, b.modelName);
+        this.engines = b.engines();
     }
 
     /**
@@ -103,15 +101,12 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
         Chunks chunks = new Chunks(handler);
         ChatResponse response = null;
         Throwable failure = null;
-        engines.lock.lock();
         try {
-            response = Mapping.response(engines.engine().stream(json, chunks::accept, chunks.token), engines.modelName);
-        } catch (LlbException e) {
-            failure = Mapping.error(e);
+            response = Mapping.response(engines.call(engine -> engine.stream(json, chunks::accept, chunks.token)), engines.modelName);
         } catch (RuntimeException | Error e) {
-            failure = e; // thrown by a partial callback (the generation was cancelled), or the engine was closed
-        } finally {
-            engines.lock.unlock();
+            // llb's error (already LangChain4j's), or thrown by a partial callback (the generation
+            // was cancelled), or the engine was closed
+            failure = e;
         }
         if (chunks.token.isCancelled() && failure == null) {
             return; // cancelled through the StreamingHandle: no callbacks after cancel()
@@ -206,103 +201,23 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
         return Set.of(Capability.RESPONSE_FORMAT_JSON_SCHEMA);
     }
 
-    /** Closes the engine if this model opened it ({@link Builder#config}); an engine given to {@link Builder#engine} stays open. */
+    /** Closes the engine if this model opened it ({@link Builder#config Builder.config}); an engine given to {@link Builder#engine Builder.engine} stays open. */
     @Override
     public void close() {
         engines.close();
     }
 
-    /** Builds an {@link LlbStreamingChatModel}: {@link #config} or {@link #engine}, the rest optional. */
-    public static final class Builder {
+    /** Builds an {@link LlbStreamingChatModel}: {@link #config config} or {@link #engine engine}, the rest optional. */
+    public static final class Builder extends LlbModelBuilder<Builder> {
         private static final ThreadFactory THREADS = Thread.ofPlatform().name("llb-stream-", 0).daemon().factory();
         static final Executor DEFAULT_EXECUTOR = task -> THREADS.newThread(task).start();
 
-        private ChatConfig config;
-        private ChatEngine engine;
-        private String modelName;
-        private ChatRequestParameters defaultRequestParameters;
-        private List<ChatModelListener> listeners = List.of();
-        private Long seed;
-        private Boolean parallelToolCalls;
-        private boolean strictTools;
         private Executor executor;
 
         private Builder() {}
 
-        /**
-         * The model and engine settings; the model opens the engine and closes it in {@link LlbStreamingChatModel#close()}.
-         *
-         * @param config e.g. {@code ChatConfig.of(path).withContextSize(8192)}
-         * @return this builder
-         */
-        public Builder config(ChatConfig config) {
-            this.config = config;
-            return this;
-        }
-
-        /**
-         * An engine the caller opened and will close.
-         *
-         * @param engine the engine
-         * @return this builder
-         */
-        public Builder engine(ChatEngine engine) {
-            this.engine = engine;
-            return this;
-        }
-
-        /**
-         * The name reported in responses.
-         *
-         * @param modelName default: the GGUF's file name
-         * @return this builder
-         */
-        public Builder modelName(String modelName) {
-            this.modelName = modelName;
-            return this;
-        }
-
-        /**
-         * Parameters of every request (a request's own parameters win).
-         *
-         * @param parameters temperature, max output tokens, tool choice, ...
-         * @return this builder
-         */
-        public Builder defaultRequestParameters(ChatRequestParameters parameters) {
-            this.defaultRequestParameters = parameters;
-            return this;
-        }
-
-        /**
-         * LangChain4j's model listeners.
-         *
-         * @param listeners called around each request
-         * @return this builder
-         */
-        public Builder listeners(List<ChatModelListener> listeners) {
-            this.listeners = listeners == null ? List.of() : listeners;
-            return this;
-        }
-
-        /**
-         * The sampling seed of every request ({@code seed}).
-         *
-         * @param seed the seed
-         * @return this builder
-         */
-        public Builder seed(Long seed) {
-            this.seed = seed;
-            return this;
-        }
-
-        /**
-         * Whether the model may call several tools at once ({@code parallel_tool_calls}; llb's default: yes, where the template can).
-         *
-         * @param parallelToolCalls the switch
-         * @return this builder
-         */
-        public Builder parallelToolCalls(Boolean parallelToolCalls) {
-            this.parallelToolCalls = parallelToolCalls;
+        @Override
+        Builder self() {
             return this;
         }
 
@@ -314,20 +229,6 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
          */
         public Builder executor(Executor executor) {
             this.executor = executor;
-            return this;
-        }
-
-        /**
-         * Sends tools in OpenAI's strict mode: {@code "strict":true}, every object's properties
-         * required and no others allowed ({@code "additionalProperties":false}). llb's grammar then
-         * holds the model to exactly the tool's parameters; without it a schema that does not say
-         * {@code additionalProperties} lets the model add properties of its own.
-         *
-         * @param strictTools default false, as LangChain4j's OpenAI module
-         * @return this builder
-         */
-        public Builder strictTools(boolean strictTools) {
-            this.strictTools = strictTools;
             return this;
         }
 

@@ -1,0 +1,144 @@
+package dev.llb.langchain4j;
+
+import dev.langchain4j.model.chat.listener.ChatModelListener;
+import dev.langchain4j.model.chat.request.ChatRequestParameters;
+import dev.langchain4j.model.chat.request.DefaultChatRequestParameters;
+import dev.llb.ChatConfig;
+import dev.llb.ChatEngine;
+import java.util.List;
+
+/**
+ * The settings that {@link LlbChatModel.Builder} and {@link LlbStreamingChatModel.Builder} share:
+ * {@link #config} or {@link #engine}, the rest optional. Each setter returns the builder it was
+ * called on, so calls chain in any order with the builder's own settings.
+ *
+ * @param <B> the concrete builder
+ */
+public abstract class LlbModelBuilder<B extends LlbModelBuilder<B>> {
+    private ChatConfig config;
+    private ChatEngine engine;
+    private String modelName;
+    private ChatRequestParameters defaultRequestParameters;
+    private List<ChatModelListener> listeners = List.of();
+    private Long seed;
+    private Boolean parallelToolCalls;
+    private boolean strictTools;
+
+    /** Only the builders of this package extend it. */
+    LlbModelBuilder() {}
+
+    /** This builder as its concrete type. */
+    abstract B self();
+
+    /**
+     * The model and engine settings; the model opens the engine and closes it in its
+     * {@code close()} ({@link LlbChatModel#close()}, {@link LlbStreamingChatModel#close()}).
+     *
+     * @param config e.g. {@code ChatConfig.of(path).withContextSize(8192)}
+     * @return this builder
+     */
+    public B config(ChatConfig config) {
+        this.config = config;
+        return self();
+    }
+
+    /**
+     * An engine the caller opened and will close.
+     *
+     * @param engine the engine
+     * @return this builder
+     */
+    public B engine(ChatEngine engine) {
+        this.engine = engine;
+        return self();
+    }
+
+    /**
+     * The name reported in responses.
+     *
+     * @param modelName default: the GGUF's file name
+     * @return this builder
+     */
+    public B modelName(String modelName) {
+        this.modelName = modelName;
+        return self();
+    }
+
+    /**
+     * Parameters of every request (a request's own parameters win).
+     *
+     * @param parameters temperature, max output tokens, tool choice, ...
+     * @return this builder
+     */
+    public B defaultRequestParameters(ChatRequestParameters parameters) {
+        this.defaultRequestParameters = parameters;
+        return self();
+    }
+
+    /**
+     * LangChain4j's model listeners.
+     *
+     * @param listeners called around each request
+     * @return this builder
+     */
+    public B listeners(List<ChatModelListener> listeners) {
+        this.listeners = listeners == null ? List.of() : listeners;
+        return self();
+    }
+
+    /**
+     * The sampling seed of every request ({@code seed}).
+     *
+     * @param seed the seed
+     * @return this builder
+     */
+    public B seed(Long seed) {
+        this.seed = seed;
+        return self();
+    }
+
+    /**
+     * Whether the model may call several tools at once ({@code parallel_tool_calls}; llb's default: yes, where the template can).
+     *
+     * @param parallelToolCalls the switch
+     * @return this builder
+     */
+    public B parallelToolCalls(Boolean parallelToolCalls) {
+        this.parallelToolCalls = parallelToolCalls;
+        return self();
+    }
+
+    /**
+     * Sends tools in OpenAI's strict mode: {@code "strict":true}, every object's properties
+     * required and no others allowed ({@code "additionalProperties":false}). llb's grammar then
+     * holds the model to exactly the tool's parameters; without it a schema that does not say
+     * {@code additionalProperties} lets the model add properties of its own.
+     *
+     * @param strictTools default false, as LangChain4j's OpenAI module
+     * @return this builder
+     */
+    public B strictTools(boolean strictTools) {
+        this.strictTools = strictTools;
+        return self();
+    }
+
+    /** The default request parameters, {@link DefaultChatRequestParameters#EMPTY} when unset. */
+    ChatRequestParameters defaults() {
+        return defaultRequestParameters != null ? defaultRequestParameters : DefaultChatRequestParameters.EMPTY;
+    }
+
+    /** An immutable copy of the listeners. */
+    List<ChatModelListener> listenerList() {
+        return List.copyOf(listeners);
+    }
+
+    /** The request fields from {@link #seed}, {@link #parallelToolCalls} and {@link #strictTools}. */
+    Mapping.Extras extras() {
+        return new Mapping.Extras(seed, parallelToolCalls, strictTools);
+    }
+
+    /** Opens the engine from {@link #config}, or wraps the {@link #engine} given: a model's last step. */
+    Engines engines() {
+        return Engines.of(config, engine, modelName);
+    }
+}
