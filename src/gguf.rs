@@ -474,47 +474,7 @@ fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
     if n_kv > file_size / 12 || n_tensors > file_size / 24 {
         return invalid(format!("implausible counts: {n_kv} keys, {n_tensors} tensors in {file_size} bytes"));
     }
-    let mut keys: std::collections::HashMap<Vec<u8>, Loc> = std::collections::HashMap::new();
-    for _ in 0..n_kv {
-        let (ka, kn) = c.str()?;
-        if kn == 0 {
-            // llama.cpp's reader asserts on an empty key (GGML_ASSERT in gguf_kv): an abort.
-            return invalid("empty key");
-        }
-        let key = c.buf[ka..ka + kn].to_vec();
-        let t = c.u32()?;
-        let loc = if let Some(n) = scalar_size(t) {
-            let at = c.pos;
-            c.take(n as u64)?;
-            Loc::Scalar(t, at)
-        } else if t == ty::STRING {
-            let (at, n) = c.str()?;
-            Loc::Str(at, n)
-        } else if t == ty::ARRAY {
-            let et = c.u32()?;
-            let n = c.u64()?;
-            let at = c.pos;
-            if let Some(sz) = scalar_size(et) {
-                c.take(n.checked_mul(sz as u64).ok_or_else(|| Need::Bad("array size overflows".into()))?)?;
-            } else if et == ty::STRING {
-                if n > file_size / 8 {
-                    return invalid("string array longer than the file");
-                }
-                for _ in 0..n {
-                    c.str()?;
-                }
-            } else {
-                return invalid(format!("unsupported array element type {et}"));
-            }
-            Loc::Array(et, n, at)
-        } else {
-            return invalid(format!("unknown value type {t}"));
-        };
-        if let Some(_dup) = keys.insert(key, loc) {
-            return invalid(format!("duplicate key {}", String::from_utf8_lossy(&c.buf[ka..ka + kn])));
-        }
-    }
-
+    let keys = read_kvs(&mut c, n_kv)?;
     let alignment = match keys.get(b"general.alignment".as_slice()) {
         None => ALIGNMENT,
         Some(Loc::Scalar(ty::U32, at)) => {
@@ -526,7 +486,113 @@ fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
         }
         Some(_) => return invalid("general.alignment is not a u32"),
     };
+    let (n_params, data_size) = read_tensor_infos(&mut c, n_tensors, alignment)?;
+    let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
+    if n_tensors > 0 && file_size < data_offset + data_size {
+        return invalid(format!(
+            "truncated: its tensors need {} bytes, the file has {file_size}",
+            data_offset + data_size
+        ));
+    }
 
+    let kv = Kvs { keys: &keys, b: &c.buf };
+    // Tokenizer facts: special-token ids as llama_vocab::load sets them, their text as
+    // common_token_to_piece(vocab, id, special=true) renders it.
+    let model = kv.str("tokenizer.ggml.model").unwrap_or_default();
+    let pre = kv.str("tokenizer.ggml.pre").unwrap_or_default();
+    let n_vocab = kv.tokens().map_or(0, |t| t.0);
+    let (mut bos, mut eos) = default_special_ids(&model, &pre);
+    for (key, slot) in [("tokenizer.ggml.bos_token_id", &mut bos), ("tokenizer.ggml.eos_token_id", &mut eos)] {
+        if let Some(v) = kv.int(key).filter(|v| *v >= 0 && (*v as u64) < n_vocab) {
+            *slot = Some(v as u64);
+        }
+    }
+    let architecture = kv.str("general.architecture");
+    let arch_int = |k: &str| architecture.as_ref().and_then(|a| kv.int(&format!("{a}.{k}")));
+    Ok(GgufHeader {
+        version,
+        n_ctx_train: arch_int("context_length"),
+        architecture: architecture.clone(),
+        name: kv.str("general.name"),
+        n_params,
+        n_tensors,
+        chat_template: kv.str("tokenizer.chat_template"),
+        tool_use_template: kv.str("tokenizer.chat_template.tool_use"),
+        bos_text: kv.token_text(bos, &model),
+        eos_text: kv.token_text(eos, &model),
+        add_bos: kv.bool("tokenizer.ggml.add_bos_token").unwrap_or(model == "llama" || model == "bert"),
+        add_eos: kv.bool("tokenizer.ggml.add_eos_token").unwrap_or(model == "t5"),
+        tokenizer_model: (!model.is_empty()).then_some(model),
+        n_vocab,
+        data_offset,
+        data_size,
+        attention: [
+            "block_count",
+            "embedding_length",
+            "attention.head_count",
+            "attention.head_count_kv",
+            "attention.key_length",
+            "attention.value_length",
+        ]
+        .map(arch_int),
+    })
+}
+
+/// The key/value section: where each key's value stands in the buffer (bounds-checked, not
+/// decoded). Refuses what llama.cpp's reader would abort on.
+fn read_kvs(c: &mut Cursor, n_kv: u64) -> Result<std::collections::HashMap<Vec<u8>, Loc>, Need> {
+    let mut keys = std::collections::HashMap::new();
+    for _ in 0..n_kv {
+        let (ka, kn) = c.str()?;
+        if kn == 0 {
+            // llama.cpp's reader asserts on an empty key (GGML_ASSERT in gguf_kv): an abort.
+            return invalid("empty key");
+        }
+        let key = c.buf[ka..ka + kn].to_vec();
+        let t = c.u32()?;
+        let loc = read_value(c, t)?;
+        if keys.insert(key, loc).is_some() {
+            return invalid(format!("duplicate key {}", String::from_utf8_lossy(&c.buf[ka..ka + kn])));
+        }
+    }
+    Ok(keys)
+}
+
+/// Skips over one value of type `t`, returning where it stands.
+fn read_value(c: &mut Cursor, t: u32) -> Result<Loc, Need> {
+    if let Some(n) = scalar_size(t) {
+        let at = c.pos;
+        c.take(n as u64)?;
+        return Ok(Loc::Scalar(t, at));
+    }
+    if t == ty::STRING {
+        let (at, n) = c.str()?;
+        return Ok(Loc::Str(at, n));
+    }
+    if t != ty::ARRAY {
+        return invalid(format!("unknown value type {t}"));
+    }
+    let et = c.u32()?;
+    let n = c.u64()?;
+    let at = c.pos;
+    if let Some(sz) = scalar_size(et) {
+        c.take(n.checked_mul(sz as u64).ok_or_else(|| Need::Bad("array size overflows".into()))?)?;
+    } else if et == ty::STRING {
+        if n > c.file_size / 8 {
+            return invalid("string array longer than the file");
+        }
+        for _ in 0..n {
+            c.str()?;
+        }
+    } else {
+        return invalid(format!("unsupported array element type {et}"));
+    }
+    Ok(Loc::Array(et, n, at))
+}
+
+/// The tensor infos, each checked as llama.cpp's reader needs (it divides by dimensions and
+/// trusts the sizes): the parameter count and the size of the data section.
+fn read_tensor_infos(c: &mut Cursor, n_tensors: u64, alignment: u64) -> Result<(u64, u64), Need> {
     let mut n_params = 0u64;
     let mut data_size = 0u64;
     let mut names = std::collections::HashSet::new();
@@ -571,17 +637,27 @@ fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
         let end = offset.checked_add(bytes).ok_or_else(|| Need::Bad("tensor offset overflows".into()))?;
         data_size = data_size.max(end);
     }
-    let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
-    let b = &c.buf[..];
-    let get_str = |k: &str| -> Option<String> {
-        match keys.get(k.as_bytes()) {
-            Some(Loc::Str(at, n)) => Some(String::from_utf8_lossy(&b[*at..at + n]).into_owned()),
+    Ok((n_params, data_size))
+}
+
+/// Typed reads of the located keys (`read_kvs`) out of the header buffer `b`.
+struct Kvs<'a> {
+    keys: &'a std::collections::HashMap<Vec<u8>, Loc>,
+    b: &'a [u8],
+}
+
+impl Kvs<'_> {
+    fn str(&self, k: &str) -> Option<String> {
+        match self.keys.get(k.as_bytes()) {
+            Some(Loc::Str(at, n)) => Some(String::from_utf8_lossy(&self.b[*at..at + n]).into_owned()),
             _ => None,
         }
-    };
-    let get_int = |k: &str| -> Option<i64> {
-        let Some(Loc::Scalar(t, at)) = keys.get(k.as_bytes()) else { return None };
-        let s = &b[*at..];
+    }
+
+    /// Any integer type, as an i64.
+    fn int(&self, k: &str) -> Option<i64> {
+        let Some(Loc::Scalar(t, at)) = self.keys.get(k.as_bytes()) else { return None };
+        let s = &self.b[*at..];
         Some(match *t {
             ty::U8 => s[0] as i64,
             ty::I8 => s[0] as i8 as i64,
@@ -593,90 +669,51 @@ fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
             ty::I64 => i64::from_le_bytes(s[..8].try_into().unwrap()),
             _ => return None,
         })
-    };
-    let get_bool = |k: &str| -> Option<bool> {
-        match keys.get(k.as_bytes()) {
-            Some(Loc::Scalar(ty::BOOL, at)) => Some(b[*at] != 0),
+    }
+
+    fn bool(&self, k: &str) -> Option<bool> {
+        match self.keys.get(k.as_bytes()) {
+            Some(Loc::Scalar(ty::BOOL, at)) => Some(self.b[*at] != 0),
             _ => None,
         }
-    };
-
-    if n_tensors > 0 && file_size < data_offset + data_size {
-        return invalid(format!(
-            "truncated: its tensors need {} bytes, the file has {file_size}",
-            data_offset + data_size
-        ));
     }
 
-    // Tokenizer facts: special-token ids as llama_vocab::load sets them, their text as
-    // common_token_to_piece(vocab, id, special=true) renders it.
-    let model = get_str("tokenizer.ggml.model").unwrap_or_default();
-    let pre = get_str("tokenizer.ggml.pre").unwrap_or_default();
-    let tokens = match keys.get(b"tokenizer.ggml.tokens".as_slice()) {
-        Some(Loc::Array(ty::STRING, n, at)) => Some((*n, *at)),
-        _ => None,
-    };
-    let n_vocab = tokens.map_or(0, |t| t.0);
-    let (mut bos, mut eos) = default_special_ids(&model, &pre);
-    for (key, slot) in [("tokenizer.ggml.bos_token_id", &mut bos), ("tokenizer.ggml.eos_token_id", &mut eos)] {
-        if let Some(v) = get_int(key).filter(|v| *v >= 0 && (*v as u64) < n_vocab) {
-            *slot = Some(v as u64);
+    /// `tokenizer.ggml.tokens`: (count, offset of the first string).
+    fn tokens(&self) -> Option<(u64, usize)> {
+        match self.keys.get(b"tokenizer.ggml.tokens".as_slice()) {
+            Some(Loc::Array(ty::STRING, n, at)) => Some((*n, *at)),
+            _ => None,
         }
     }
-    let token_type = |id: u64| -> i32 {
-        match keys.get(b"tokenizer.ggml.token_type".as_slice()) {
+
+    /// Token `id`'s type (llama.cpp's default: normal).
+    fn token_type(&self, id: u64) -> i32 {
+        match self.keys.get(b"tokenizer.ggml.token_type".as_slice()) {
             Some(Loc::Array(ty::I32, n, at)) if id < *n => {
                 let o = at + 4 * id as usize;
-                i32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+                i32::from_le_bytes(self.b[o..o + 4].try_into().unwrap())
             }
             _ => 1,
         }
-    };
-    let text_of = |id: Option<u64>| -> Option<String> {
-        let (n, at) = tokens?;
+    }
+
+    /// Token `id`'s text as the tokenizer `model` renders it with specials shown.
+    fn token_text(&self, id: Option<u64>, model: &str) -> Option<String> {
+        let (n, at) = self.tokens()?;
         let id = id.filter(|i| *i < n)?;
-        // The array was bounds-checked by the first pass.
+        // The array was bounds-checked by read_value.
         let mut pos = at;
         let mut next = || {
-            let n = u64::from_le_bytes(b[pos..pos + 8].try_into().unwrap()) as usize;
-            let s = &b[pos + 8..pos + 8 + n];
+            let n = u64::from_le_bytes(self.b[pos..pos + 8].try_into().unwrap()) as usize;
+            let s = &self.b[pos + 8..pos + 8 + n];
             pos += 8 + n;
             s
         };
         for _ in 0..id {
             next();
         }
-        Some(token_piece(next(), token_type(id), &model))
-    };
-
-    let architecture = get_str("general.architecture");
-    Ok(GgufHeader {
-        version,
-        n_ctx_train: architecture.as_ref().and_then(|a| get_int(&format!("{a}.context_length"))),
-        architecture: architecture.clone(),
-        name: get_str("general.name"),
-        n_params,
-        n_tensors,
-        chat_template: get_str("tokenizer.chat_template"),
-        tool_use_template: get_str("tokenizer.chat_template.tool_use"),
-        bos_text: text_of(bos),
-        eos_text: text_of(eos),
-        add_bos: get_bool("tokenizer.ggml.add_bos_token").unwrap_or(model == "llama" || model == "bert"),
-        add_eos: get_bool("tokenizer.ggml.add_eos_token").unwrap_or(model == "t5"),
-        tokenizer_model: (!model.is_empty()).then_some(model),
-        n_vocab,
-        data_offset,
-        data_size,
-        attention: [
-            "block_count",
-            "embedding_length",
-            "attention.head_count",
-            "attention.head_count_kv",
-            "attention.key_length",
-            "attention.value_length",
-        ]
-        .map(|k| architecture.as_ref().and_then(|a| get_int(&format!("{a}.{k}")))),
-    })
+        Some(token_piece(next(), self.token_type(id), model))
+    }
 }
 
 /// Default special-token ids per tokenizer model, as llama_vocab::load sets them before reading
