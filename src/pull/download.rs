@@ -368,69 +368,32 @@ fn download_inner(
         };
         if first {
             first = false;
-            match (&expect, fetch.linked_etag.as_deref()) {
-                (Expect::Sha256(want), Some(got)) if super::select::is_sha256(got) && got != want => {
-                    drop(sink);
-                    let _ = fs::remove_file(incomplete);
-                    return Err(mismatch(
-                        file,
-                        format!("the hub's listing says sha256 {want} but its download says {got}"),
-                    ));
-                }
-                // Listed as a git file but served from LFS: the download's sha256 is the truth.
-                (Expect::GitSha1(_), Some(got)) if super::select::is_sha256(got) => {
-                    expect = Expect::Sha256(got.to_string());
-                    sink.sha1 = None;
-                }
-                (Expect::GitSha1(want), None)
-                    if fetch.etag.as_deref().is_some_and(|e| super::select::is_commit(e) && e != want) =>
-                {
-                    drop(sink);
-                    let _ = fs::remove_file(incomplete);
-                    return Err(mismatch(
-                        file,
-                        format!(
-                            "the hub's listing says blob {want} but its download says {}",
-                            fetch.etag.as_deref().unwrap_or("")
-                        ),
-                    ));
-                }
-                _ => {}
-            }
-            if let Some(ls) = fetch.linked_size.filter(|s| *s != size) {
+            if let Err(why) = check_against_listing(&fetch, size, &mut expect, &mut sink) {
                 drop(sink);
                 let _ = fs::remove_file(incomplete);
-                return Err(mismatch(file, format!("the hub lists {size} bytes but serves {ls}")));
+                return Err(mismatch(file, why));
             }
         }
         let restart = |sink: &mut Sink, why: &str| -> Result<()> {
             events.warning("resume_restarted", format!("{file}: {why}; downloading it again from the start"))?;
             sink.reset().map_err(|e| disk_error("cannot truncate", incomplete, &e))
         };
-        let mut body = fetch.body;
-        match fetch.status {
-            416 if from == 0 => {
+        match resumption(&fetch, from, size) {
+            Resume::Read => {}
+            Resume::RestartAndRead(why) => restart(&mut sink, why)?,
+            Resume::Restart(why) => {
+                restart(&mut sink, why)?;
+                continue;
+            }
+            Resume::Refused => {
                 return Err(hub.network(
                     &hub.resolve_url(commit, file),
                     "the server answered 416 to a request for the whole file",
                     super::hub::Target::File(file),
                 ));
             }
-            416 => {
-                // The partial file is longer than what the server has: it is not a prefix.
-                restart(&mut sink, "the server refused to resume (416)")?;
-                continue;
-            }
-            200 if from > 0 => restart(&mut sink, "the server ignored the Range request (200 instead of 206)")?,
-            206 => match fetch.content_range.as_deref().and_then(parse_content_range) {
-                Some((a, total)) if a == from && total.is_none_or(|t| t == size) => {}
-                _ => {
-                    restart(&mut sink, "the server resumed at the wrong offset")?;
-                    continue;
-                }
-            },
-            _ => {}
         }
+        let mut body = fetch.body;
         let expect_len = size - sink.written;
         if let Some(cl) = fetch.content_length.filter(|cl| *cl > expect_len) {
             drop(sink);
@@ -473,8 +436,78 @@ fn download_inner(
     }
     // A cancel here keeps the complete file: the next pull verifies it without a request.
     progress.report(file, size, size, true).map_err(|e| cancelled(e, &kept(size)))?;
+    verify_and_place(job, &expect, sink, resumed_from, blob_dir)
+}
+
+/// What a response's status says about reading it as the file from byte `from` on.
+enum Resume {
+    /// The body is the file from `from`.
+    Read,
+    /// The body is the whole file: start again from 0 and read it.
+    RestartAndRead(&'static str),
+    /// The body is not the file from `from`: start again from 0 with a new request.
+    Restart(&'static str),
+    /// The server refused a request for the whole file.
+    Refused,
+}
+
+fn resumption(fetch: &super::hub::Fetch, from: u64, size: u64) -> Resume {
+    match fetch.status {
+        416 if from == 0 => Resume::Refused,
+        // The partial file is longer than what the server has: it is not a prefix.
+        416 => Resume::Restart("the server refused to resume (416)"),
+        200 if from > 0 => Resume::RestartAndRead("the server ignored the Range request (200 instead of 206)"),
+        206 => match fetch.content_range.as_deref().and_then(parse_content_range) {
+            Some((a, total)) if a == from && total.is_none_or(|t| t == size) => Resume::Read,
+            _ => Resume::Restart("the server resumed at the wrong offset"),
+        },
+        _ => Resume::Read,
+    }
+}
+
+/// The first response against the listing: a different sha256 or blob id, or another size, is
+/// the mismatch's text. A file listed as a git blob but served from LFS is then expected by its
+/// sha256 (the download's is the truth), and no git blob id is computed.
+fn check_against_listing(
+    fetch: &super::hub::Fetch,
+    size: u64,
+    expect: &mut Expect,
+    sink: &mut Sink,
+) -> std::result::Result<(), String> {
+    match (&*expect, fetch.linked_etag.as_deref()) {
+        (Expect::Sha256(want), Some(got)) if super::select::is_sha256(got) && got != want => {
+            return Err(format!("the hub's listing says sha256 {want} but its download says {got}"));
+        }
+        (Expect::GitSha1(_), Some(got)) if super::select::is_sha256(got) => {
+            *expect = Expect::Sha256(got.to_string());
+            sink.sha1 = None;
+        }
+        (Expect::GitSha1(want), None)
+            if fetch.etag.as_deref().is_some_and(|e| super::select::is_commit(e) && e != want) =>
+        {
+            let got = fetch.etag.as_deref().unwrap_or("");
+            return Err(format!("the hub's listing says blob {want} but its download says {got}"));
+        }
+        _ => {}
+    }
+    match fetch.linked_size.filter(|s| *s != size) {
+        Some(ls) => Err(format!("the hub lists {size} bytes but serves {ls}")),
+        None => Ok(()),
+    }
+}
+
+/// The whole file against what the hub lists; a match is moved into the blob directory under
+/// its key, a mismatch is deleted. Returns (sha256, key).
+fn verify_and_place(
+    job: &Job,
+    expect: &Expect,
+    sink: Sink,
+    resumed_from: u64,
+    blob_dir: &Path,
+) -> Result<(String, String)> {
+    let (file, incomplete) = (job.file, &job.incomplete);
     let (sha256, sha1) = sink.digests();
-    let (ok, got, kind) = match &expect {
+    let (ok, got, kind) = match expect {
         Expect::Sha256(w) => (&sha256 == w, sha256.clone(), "sha256"),
         Expect::GitSha1(w) => (sha1.as_deref() == Some(w), sha1.clone().unwrap_or_default(), "git blob id"),
     };
