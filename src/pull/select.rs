@@ -251,55 +251,18 @@ fn available(groups: &[Group]) -> (Vec<String>, Vec<String>) {
 /// Picks the model to pull from the listing `names` (every file of the revision):
 /// an explicit `filename` wins; else `quant`; else the default order; a repo with one GGUF takes it.
 pub fn choose(names: &[String], quant: Option<&str>, filename: Option<&str>, what: &str) -> Result<Choice> {
-    let mut warnings = Vec::new();
     if let Some(f) = filename {
-        if !is_gguf(f) {
-            bail!(InvalidArgument, "field `filename`: `{f}` is not a .gguf file");
-        }
-        if !names.iter().any(|n| n == f) {
-            let (_, files) = available(&groups(names, false).unwrap_or_default());
-            return Err(Error::new(
-                ErrorCode::FileNotFound,
-                format!("{f} is not in {what}; its GGUFs: {}", list(&files)),
-            )
-            .with_field("available_files", json!(files)));
-        }
-        if let Some(q) = quant {
-            warnings.push(("quant_ignored", format!("`filename` {f} was given, so the quant {q} is ignored")));
-        }
-        let group = match split_parts(f) {
-            Some(_) => groups(names, true)?
-                .into_iter()
-                .find(|g| g.files.iter().any(|x| x == f))
-                .expect("a listed shard is in a group"),
-            None => Group { files: vec![f.to_string()] },
-        };
-        return Ok(Choice { group, warnings });
+        return choose_file(names, f, quant, what);
     }
+    let mut warnings = Vec::new();
     let all = groups(names, false)?;
     if all.is_empty() {
         let aux = names.iter().filter(|n| is_gguf(n)).count();
         let extra = if aux > 0 { " (only projector/imatrix GGUFs)" } else { "" };
         bail!(NoGguf, "{what} holds no GGUF model file{extra}; llb needs a repo of GGUFs such as `Qwen/Qwen2.5-1.5B-Instruct-GGUF`");
     }
-    let pick = |q: &str, warnings: &mut Vec<(&'static str, String)>| -> Option<Group> {
-        let hits: Vec<&Group> = all.iter().filter(|g| matches_quant(g.first(), q)).collect();
-        if hits.len() > 1 {
-            let others: Vec<&str> = hits[1..].iter().map(|g| g.first()).collect();
-            warnings.push((
-                "ambiguous_quant",
-                format!(
-                    "{} files match {q}; took {} (others: {}); pass `filename` to choose",
-                    hits.len(),
-                    hits[0].first(),
-                    others.join(", ")
-                ),
-            ));
-        }
-        hits.first().map(|g| (*g).clone())
-    };
     if let Some(q) = quant {
-        return match pick(q, &mut warnings) {
+        return match pick(&all, q, &mut warnings) {
             Some(group) => Ok(Choice { group, warnings }),
             None => {
                 let (quants, files) = available(&all);
@@ -316,7 +279,7 @@ pub fn choose(names: &[String], quant: Option<&str>, filename: Option<&str>, wha
         return Ok(Choice { group: all[0].clone(), warnings });
     }
     for q in DEFAULT_QUANTS {
-        if let Some(group) = pick(q, &mut warnings) {
+        if let Some(group) = pick(&all, q, &mut warnings) {
             return Ok(Choice { group, warnings });
         }
     }
@@ -331,6 +294,49 @@ pub fn choose(names: &[String], quant: Option<&str>, filename: Option<&str>, wha
     )
     .with_field("available", json!(quants))
     .with_field("available_files", json!(files)))
+}
+
+/// An explicit `filename` (a quant given too is ignored, with a warning): that file, or all the
+/// shards of its split model.
+fn choose_file(names: &[String], f: &str, quant: Option<&str>, what: &str) -> Result<Choice> {
+    if !is_gguf(f) {
+        bail!(InvalidArgument, "field `filename`: `{f}` is not a .gguf file");
+    }
+    if !names.iter().any(|n| n == f) {
+        let (_, files) = available(&groups(names, false).unwrap_or_default());
+        return Err(Error::new(ErrorCode::FileNotFound, format!("{f} is not in {what}; its GGUFs: {}", list(&files)))
+            .with_field("available_files", json!(files)));
+    }
+    let mut warnings = Vec::new();
+    if let Some(q) = quant {
+        warnings.push(("quant_ignored", format!("`filename` {f} was given, so the quant {q} is ignored")));
+    }
+    let group = match split_parts(f) {
+        Some(_) => groups(names, true)?
+            .into_iter()
+            .find(|g| g.files.iter().any(|x| x == f))
+            .expect("a listed shard is in a group"),
+        None => Group { files: vec![f.to_string()] },
+    };
+    Ok(Choice { group, warnings })
+}
+
+/// The first model of `all` matching quant `q`; several matches add an `ambiguous_quant` warning.
+fn pick(all: &[Group], q: &str, warnings: &mut Vec<(&'static str, String)>) -> Option<Group> {
+    let hits: Vec<&Group> = all.iter().filter(|g| matches_quant(g.first(), q)).collect();
+    if hits.len() > 1 {
+        let others: Vec<&str> = hits[1..].iter().map(|g| g.first()).collect();
+        warnings.push((
+            "ambiguous_quant",
+            format!(
+                "{} files match {q}; took {} (others: {}); pass `filename` to choose",
+                hits.len(),
+                hits[0].first(),
+                others.join(", ")
+            ),
+        ));
+    }
+    hits.first().map(|g| (*g).clone())
 }
 
 fn quants_or_files(quants: &[String], files: &[String]) -> Vec<String> {
