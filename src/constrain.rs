@@ -573,45 +573,8 @@ pub fn constrain_section(grammar: &str, tools: &[Tool]) -> String {
         let f = &tool.function;
         let fname = rule_name(&f.name);
         let params = f.parameters.clone().unwrap_or(Value::Null);
-        // Raw-text arguments with a string enum.
         if let Some(props) = params.get("properties").and_then(Value::as_object) {
-            for (prop, schema) in props {
-                let Some(&i) = index.get(&format!("tool-{fname}-arg-{}", rule_name(prop))) else { continue };
-                let body = rules[i].1.clone();
-                // The free text of the value: an inline exclusion group or a rule holding one.
-                let (group, inline) = match find_exclusion_group(&body) {
-                    Some((a, b)) => (body[a..b].to_string(), Some((a, b))),
-                    None => match body.split(' ').find(|tok| exclusion.contains(*tok)) {
-                        Some(tok) => (rules[index[tok]].1.clone(), None),
-                        None => continue,
-                    },
-                };
-                let alts = if let Some(values) = string_enum(schema) {
-                    format!("({})", values.iter().map(|v| gbnf_literal(v)).collect::<Vec<_>>().join(" | "))
-                } else if let Some(c) = schema.get("const").and_then(Value::as_str) {
-                    gbnf_literal(c)
-                } else if schema.get("type").and_then(Value::as_str) == Some("string") {
-                    // Characters of the group's first class: none can start the closing tag.
-                    let class = group.get(1..).and_then(|g| g.split(' ').next()).filter(|c| c.starts_with("[^"));
-                    match class.and_then(|c| bounded_string_content(schema, c)) {
-                        Some(content) => format!("({content})"),
-                        None => continue,
-                    }
-                } else {
-                    continue;
-                };
-                let replaced = match inline {
-                    Some((a, b)) => Some(format!("{}{}{}", &body[..a], alts, &body[b..])),
-                    None => body.split(' ').position(|tok| exclusion.contains(tok)).map(|pos| {
-                        let mut toks: Vec<&str> = body.split(' ').collect();
-                        toks[pos] = &alts;
-                        toks.join(" ")
-                    }),
-                };
-                if let Some(r) = replaced {
-                    rules[i].1 = r;
-                }
-            }
+            constrain_raw_text_args(&mut rules, &index, &exclusion, &fname, props);
         }
         // Gemma 4: a schema-shaped dict instead of the generic one.
         if let Some(&i) = index.get(&format!("tool-{fname}")) {
@@ -643,6 +606,58 @@ pub fn constrain_section(grammar: &str, tools: &[Tool]) -> String {
         *b = bound_repetitions(b, envelopes.contains(n));
     }
     rules.iter().map(|(n, b)| format!("{n} ::= {b}\n")).collect()
+}
+
+/// Raw-text arguments (XML-style call formats): the free text of each argument of `fname`
+/// becomes what its schema allows, where that is known (`raw_text_alternatives`).
+fn constrain_raw_text_args(
+    rules: &mut [(String, String)],
+    index: &HashMap<String, usize>,
+    exclusion: &std::collections::HashSet<String>,
+    fname: &str,
+    props: &serde_json::Map<String, Value>,
+) {
+    for (prop, schema) in props {
+        let Some(&i) = index.get(&format!("tool-{fname}-arg-{}", rule_name(prop))) else { continue };
+        let body = rules[i].1.clone();
+        // The free text of the value: an inline exclusion group or a rule holding one.
+        let (group, inline) = match find_exclusion_group(&body) {
+            Some((a, b)) => (body[a..b].to_string(), Some((a, b))),
+            None => match body.split(' ').find(|tok| exclusion.contains(*tok)) {
+                Some(tok) => (rules[index[tok]].1.clone(), None),
+                None => continue,
+            },
+        };
+        let Some(alts) = raw_text_alternatives(schema, &group) else { continue };
+        let replaced = match inline {
+            Some((a, b)) => Some(format!("{}{}{}", &body[..a], alts, &body[b..])),
+            None => body.split(' ').position(|tok| exclusion.contains(tok)).map(|pos| {
+                let mut toks: Vec<&str> = body.split(' ').collect();
+                toks[pos] = &alts;
+                toks.join(" ")
+            }),
+        };
+        if let Some(r) = replaced {
+            rules[i].1 = r;
+        }
+    }
+}
+
+/// What a raw-text value with this schema may be, replacing the free-text `group`: a string
+/// enum's or a const's literals, or a bounded string over the group's first character class
+/// (none of whose characters can start the closing tag). None leaves the free text.
+fn raw_text_alternatives(schema: &Value, group: &str) -> Option<String> {
+    if let Some(values) = string_enum(schema) {
+        return Some(format!("({})", values.iter().map(|v| gbnf_literal(v)).collect::<Vec<_>>().join(" | ")));
+    }
+    if let Some(c) = schema.get("const").and_then(Value::as_str) {
+        return Some(gbnf_literal(c));
+    }
+    if schema.get("type").and_then(Value::as_str) != Some("string") {
+        return None;
+    }
+    let class = group.get(1..).and_then(|g| g.split(' ').next()).filter(|c| c.starts_with("[^"))?;
+    bounded_string_content(schema, class).map(|content| format!("({content})"))
 }
 
 /// Content of a string with these keywords, when any applies: a `format` llama.cpp knows, or
