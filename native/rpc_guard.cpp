@@ -21,8 +21,10 @@
 // fail, ggml aborts and the guard makes that an error. A server that is slow (a long graph
 // compute) is not affected: its kernel answers the keepalive probes. Sockets connected during
 // llb_guarded_rpc_add (the handshake at create) also get receive/send timeouts, so a server whose
-// process does not answer (stopped, hung) is refused at create instead of hanging it; ggml closes
-// those sockets when the handshake ends.
+// process does not answer (stopped, hung) is refused at create instead of hanging it. Those
+// timeouts must not outlive the handshake (a graph compute may take longer): they do not, since
+// the pinned ggml-rpc caches sockets by weak reference only, so the handshake's socket closes when
+// ggml_backend_rpc_add_server returns, and later exchanges connect anew.
 
 #include "llama.h"
 #include "ggml.h"
