@@ -132,6 +132,9 @@ void llb_string_free(char *s);
  * `"deterministic_call_syntax": false` turns off greedy call wrappers (on by default: inside a
  * tool call, markers, the function name, argument keys and punctuation are sampled greedily and
  * argument values with the request's sampler); a request's own field of that name overrides it.
+ * `"jump_forward": false` turns off jump-forward decoding (on by default: text a strict grammar
+ * forces is evaluated in one batch instead of sampled token by token); a request's own field of
+ * that name overrides it.
  *
  * Devices and memory (all optional; docs/scaling.md): `n_gpu_layers` (default: every layer
  * when a GPU device exists, else 0; -1 = all), `main_gpu`, `split_mode` (`none`|`layer`|`row`),

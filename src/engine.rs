@@ -84,6 +84,7 @@ struct Chat {
     model_name: String,
     seed: Option<u64>,
     deterministic_call_syntax: bool,
+    jump_forward: bool,
     /// The most tokens one sequence may hold.
     max_seq: usize,
 }
@@ -160,6 +161,7 @@ impl Chat {
             model_name: path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
             seed: config.seed,
             deterministic_call_syntax: config.deterministic_call_syntax.unwrap_or(true),
+            jump_forward: config.jump_forward.unwrap_or(true),
             max_seq: max_seq as usize,
         })
     }
@@ -174,6 +176,7 @@ impl Chat {
             model_name: &self.model_name,
             default_seed: self.seed,
             deterministic_call_syntax: self.deterministic_call_syntax,
+            jump_forward: self.jump_forward,
             max_seq: self.max_seq,
             emit,
         };

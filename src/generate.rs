@@ -28,6 +28,8 @@ pub struct Run<'a> {
     pub default_seed: Option<u64>,
     /// The config's default for greedy call wrappers (src/call_syntax.rs).
     pub deterministic_call_syntax: bool,
+    /// The config's default for jump-forward decoding (src/jump.rs).
+    pub jump_forward: bool,
     /// The most tokens one sequence may hold (prompt and reply).
     pub max_seq: usize,
     pub emit: &'a dyn Fn(&Value) -> bool,
@@ -162,7 +164,7 @@ impl Run<'_> {
         let end_of_turn = end_of_turn(vocab);
         let stream = req.stream.unwrap_or(false);
         let mut syntax = self.call_syntax_tracker(req, plan);
-        let jump = crate::jump::enabled(req, plan);
+        let jump = crate::jump::enabled(req, plan, self.jump_forward);
         let mut next_progress = PROGRESS_EVERY;
         loop {
             if out.gen_tokens.len() >= room {

@@ -18,12 +18,12 @@ use crate::sys;
 /// The most forced text evaluated in one jump (bytes); the rest comes in the next jump.
 pub const MAX_SPAN_BYTES: usize = 512;
 
-/// Whether a request jumps forward: its `jump_forward` switch (default on), under a grammar that
-/// constrains from the first token (strict tool calls, `response_format`), and no logprobs
-/// (forced tokens have no logits row of their own).
-pub fn enabled(req: &ChatRequest, plan: &Plan) -> bool {
+/// Whether a request jumps forward: its `jump_forward` switch (else the config's, `default`),
+/// under a grammar that constrains from the first token (strict tool calls, `response_format`),
+/// and no logprobs (forced tokens have no logits row of their own).
+pub fn enabled(req: &ChatRequest, plan: &Plan, default: bool) -> bool {
     let constrained = plan.grammar.as_ref().is_some_and(|g| !g.lazy && !g.gbnf.is_empty());
-    req.jump_forward.unwrap_or(true) && constrained && req.logprobs_top().is_none()
+    req.jump_forward.unwrap_or(default) && constrained && req.logprobs_top().is_none()
 }
 
 /// The tokens of the text the grammar forces now, at most `limit`, already accepted by `smpl`

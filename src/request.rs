@@ -71,6 +71,9 @@ pub struct EngineConfig {
     /// Greedy call wrappers (docs/design.md, "Deterministic call syntax"); default true.
     #[serde(default)]
     pub deterministic_call_syntax: Option<bool>,
+    /// Jump-forward decoding (docs/design.md, "Jump-forward decoding"); default true.
+    #[serde(default)]
+    pub jump_forward: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -406,7 +409,7 @@ pub struct ChatRequest {
     #[serde(default)]
     pub deterministic_call_syntax: Option<bool>,
     /// llb's extension: `false` samples text a strict grammar forces token by token instead of
-    /// evaluating it in one batch (jump-forward decoding, on by default; see docs/design.md).
+    /// evaluating it in one batch (jump-forward decoding; default: the engine's config, true).
     #[serde(default)]
     pub jump_forward: Option<bool>,
 }

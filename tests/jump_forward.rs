@@ -3,7 +3,8 @@
 //! for named and required calls: the calls are valid and have the same names and keys with and
 //! without it, no grammar ever refuses a forced token, streams rebuild the message, usage counts
 //! every token, the next turn reuses the reply from the KV cache, and a pool batches forced spans
-//! of concurrent requests.
+//! of concurrent requests. The switch: `jump_forward` in the engine's or pool's config, and in a
+//! request (which wins).
 
 mod common;
 
@@ -156,7 +157,27 @@ fn spm_and_byte_level_tokenizers_and_response_format_jump_without_a_refused_toke
 
 #[test]
 fn the_switch_is_validated_and_logprobs_requests_sample_every_token() {
-    let e = CEngine::open_model(&corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false));
+    let path = corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false);
+    let e = CEngine::open_model(&path);
+    // No request field: the config decides (default on; off in an engine's or a pool's config),
+    // and a request's own field wins over the config.
+    let mut unset = request(&named(), true);
+    unset.as_object_mut().unwrap().remove("jump_forward");
+    assert!(forced(&e.infer(&unset)) > 0, "on by default");
+    let config = json!({"model_path": path, "n_ctx": 4096, "n_threads": 1, "jump_forward": false});
+    let off = CEngine::open(&config).unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(forced(&off.infer(&unset)), 0, "the engine's config turns it off");
+    assert!(forced(&off.infer(&request(&named(), true))) > 0, "the request's field wins");
+    let mut pool_config = config.clone();
+    pool_config["n_parallel"] = json!(2);
+    let pool = CPool::open(&pool_config).unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(forced(&pool.infer(&unset)), 0, "the pool's config turns it off");
+    let mut bad_config = config.clone();
+    bad_config["jump_forward"] = json!("no");
+    let f = CEngine::open(&bad_config).err().unwrap();
+    assert_eq!(f["code"], "invalid_argument", "{f}");
+    assert!(f["message"].as_str().unwrap().contains("jump_forward"), "{f}");
+
     let mut bad = request(&named(), true);
     bad["jump_forward"] = json!("yes");
     let r = e.infer(&bad);
