@@ -17,7 +17,7 @@ include!("ggml_backend_ffi.rs");
 pub(crate) fn register_builtin() {
     // SAFETY: no preconditions; installs ggml's abort callback and the RPC peer timeout once,
     // before any RPC socket exists.
-    unsafe { llb_rpc_guard_install(rpc_peer_timeout_seconds()) };
+    unsafe { llb_rpc_guard_install(rpc_peer_timeout().unwrap_or(RPC_PEER_TIMEOUT_DEFAULT)) };
     #[cfg(llb_rpc)]
     {
         extern "C" {
@@ -32,18 +32,20 @@ pub(crate) fn register_builtin() {
 /// (native/rpc_guard.cpp): `LLB_RPC_PEER_TIMEOUT` in seconds, 2 to 3600, default 20.
 const RPC_PEER_TIMEOUT_DEFAULT: i32 = 20;
 
-fn rpc_peer_timeout_seconds() -> i32 {
-    let v = std::env::var("LLB_RPC_PEER_TIMEOUT").ok();
-    match v.as_deref().map(str::parse::<i32>) {
-        None => RPC_PEER_TIMEOUT_DEFAULT,
-        Some(Ok(s)) if (2..=3600).contains(&s) => s,
-        Some(_) => {
-            eprintln!(
-                "llb: LLB_RPC_PEER_TIMEOUT={} is not 2..3600 seconds; using {RPC_PEER_TIMEOUT_DEFAULT}",
-                v.unwrap()
-            );
-            RPC_PEER_TIMEOUT_DEFAULT
-        }
+/// `LLB_RPC_PEER_TIMEOUT` read and checked: a bad value is an error at create for configs with
+/// `rpc_servers` (rpc_add); init falls back to the default, as no RPC socket exists before that.
+fn rpc_peer_timeout() -> Result<i32> {
+    parse_peer_timeout(std::env::var("LLB_RPC_PEER_TIMEOUT").ok().as_deref())
+}
+
+fn parse_peer_timeout(v: Option<&str>) -> Result<i32> {
+    match v.map(|v| (v, v.trim().parse::<i32>())) {
+        None => Ok(RPC_PEER_TIMEOUT_DEFAULT),
+        Some((_, Ok(s))) if (2..=3600).contains(&s) => Ok(s),
+        Some((v, _)) => Err(Error::new(
+            ErrorCode::InvalidArgument,
+            format!("LLB_RPC_PEER_TIMEOUT={v:?} is not a whole number of seconds from 2 to 3600"),
+        )),
     }
 }
 
@@ -66,6 +68,7 @@ fn rpc_add(endpoint: &str) -> Result<Vec<String>> {
     if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
         return Err(bad());
     }
+    rpc_peer_timeout()?;
     if let Some((_, d)) = RPC.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(e, _)| e == endpoint) {
         return Ok(d.clone());
     }
@@ -569,4 +572,21 @@ pub fn check_kv_types(model: &crate::model::Model, cp: &ContextParams) -> Result
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rpc_peer_timeout_is_checked() {
+        assert_eq!(parse_peer_timeout(None).unwrap(), RPC_PEER_TIMEOUT_DEFAULT);
+        assert_eq!(parse_peer_timeout(Some("4")).unwrap(), 4);
+        assert_eq!(parse_peer_timeout(Some("3600")).unwrap(), 3600);
+        for bad in ["1", "3601", "-5", "20s", ""] {
+            let e = parse_peer_timeout(Some(bad)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}");
+            assert!(e.message.contains("LLB_RPC_PEER_TIMEOUT"), "{bad}: {}", e.message);
+        }
+    }
 }
