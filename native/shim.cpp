@@ -21,6 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <memory>
+#include <regex>
 #include <mutex>
 #include <atomic>
 #include <cerrno>
@@ -564,3 +566,49 @@ llb_shim_status llb_shim_templates_probe(const llb_shim_templates * t, char ** o
 }
 
 }  // extern "C"
+
+struct llb_shim_triggers {
+    std::vector<llama_grammar_trigger_pattern> patterns;
+};
+
+llb_shim_status llb_shim_triggers_new(const char ** patterns, size_t n_patterns, llb_shim_triggers ** out,
+                                      char ** err) {
+    return guard(err, [&] {
+        if (!out || (n_patterns > 0 && !patterns)) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL argument");
+        }
+        auto t = std::make_unique<llb_shim_triggers>();
+        for (size_t i = 0; i < n_patterns; i++) {
+            auto & p = t->patterns.emplace_back();
+            p.pattern = patterns[i] ? patterns[i] : "";
+            try {
+                p.regex = std::regex(p.pattern);
+            } catch (const std::regex_error & e) {
+                throw shim_error(LLB_SHIM_INVALID, std::string("trigger pattern: ") + e.what());
+            }
+        }
+        *out = t.release();
+    });
+}
+
+llb_shim_status llb_shim_triggers_find(const llb_shim_triggers * t, const char * text, size_t len,
+                                       int64_t * out_start, char ** err) {
+    return guard(err, [&] {
+        if (!t || (len > 0 && !text) || !out_start) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL argument");
+        }
+        *out_start = -1;
+        const std::string input(text ? text : "", len);
+        for (const auto & p : t->patterns) {
+            size_t start = p.find(input);
+            if (start != std::string::npos) {
+                *out_start = static_cast<int64_t>(start);
+                return;
+            }
+        }
+    });
+}
+
+void llb_shim_triggers_free(llb_shim_triggers * t) {
+    delete t;
+}

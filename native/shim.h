@@ -177,6 +177,21 @@ llb_shim_status llb_shim_sampler_apply(struct llama_sampler *s, struct llama_tok
  */
 llb_shim_status llb_shim_grammar_forced(struct llama_sampler *s, size_t max_bytes, char **out_text, char **err);
 
+/*
+ * A lazy grammar's trigger patterns, compiled once (std::regex, as llama.cpp's lazy grammar does).
+ * llb_shim_triggers_find reports where the constrained text starts in `text` (the first
+ * non-empty capture group of the first pattern that matches, else the match; a pattern written
+ * `^...$` must match the whole text), exactly as llama.cpp's llama_grammar_trigger_pattern::find
+ * at the pin: *out_start is -1 when no pattern matches. A pattern std::regex refuses is
+ * LLB_SHIM_INVALID. Free with llb_shim_triggers_free (NULL is ignored).
+ */
+typedef struct llb_shim_triggers llb_shim_triggers;
+llb_shim_status llb_shim_triggers_new(const char **patterns, size_t n_patterns, llb_shim_triggers **out,
+                                      char **err);
+llb_shim_status llb_shim_triggers_find(const llb_shim_triggers *t, const char *text, size_t len,
+                                       int64_t *out_start, char **err);
+void llb_shim_triggers_free(llb_shim_triggers *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,7 +10,7 @@ use std::os::raw::c_char;
 use std::ptr;
 
 /// Converts a shim status + message into an llb error.
-fn check(status: sys::llb_shim_status, err: *mut c_char, what: &str) -> Result<()> {
+pub(crate) fn check(status: sys::llb_shim_status, err: *mut c_char, what: &str) -> Result<()> {
     if status == sys::LLB_SHIM_OK {
         return Ok(());
     }

@@ -185,6 +185,31 @@ unsafe extern "C" {
         err: *mut *mut ::std::os::raw::c_char,
     ) -> llb_shim_status;
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct llb_shim_triggers {
+    _unused: [u8; 0],
+}
+unsafe extern "C" {
+    pub fn llb_shim_triggers_new(
+        patterns: *mut *const ::std::os::raw::c_char,
+        n_patterns: usize,
+        out: *mut *mut llb_shim_triggers,
+        err: *mut *mut ::std::os::raw::c_char,
+    ) -> llb_shim_status;
+}
+unsafe extern "C" {
+    pub fn llb_shim_triggers_find(
+        t: *const llb_shim_triggers,
+        text: *const ::std::os::raw::c_char,
+        len: usize,
+        out_start: *mut i64,
+        err: *mut *mut ::std::os::raw::c_char,
+    ) -> llb_shim_status;
+}
+unsafe extern "C" {
+    pub fn llb_shim_triggers_free(t: *mut llb_shim_triggers);
+}
 pub type FILE = _IO_FILE;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
