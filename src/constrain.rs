@@ -25,7 +25,7 @@
 
 use crate::error::{bail, Result};
 use crate::request::Tool;
-use crate::sampler::gbnf_literal;
+use crate::grammar::gbnf::literal as gbnf_literal;
 use serde_json::Value;
 use std::collections::HashMap;
 

@@ -220,6 +220,12 @@ impl Engine {
         self.chat.prompter.probe()
     }
 
+    /// The model's chat side (templates, vocabulary, grammars): for benchmarks and tests.
+    #[doc(hidden)]
+    pub fn prompter(&self) -> &Prompter {
+        &self.chat.prompter
+    }
+
     /// Runs one chat completion. Returns `busy` at once if another thread is inside.
     pub fn infer(&self, request_json: &str) -> Result<Value> {
         let _guard = match self.busy.try_lock() {

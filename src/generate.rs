@@ -50,6 +50,10 @@ struct Output {
     last_parse_len: usize,
     dropped_calls: bool,
     warnings: Vec<Value>,
+    /// The sampler's time so far (chain and grammar).
+    sampling: crate::sampler::SampleStats,
+    /// Time spent waiting for the model's next logits (the decode, in the scheduler).
+    model_wait: Duration,
 }
 
 impl Run<'_> {
@@ -128,9 +132,12 @@ impl Run<'_> {
             presence_penalty: req.presence_penalty.unwrap_or(0.0),
             logit_bias: req.logit_bias()?,
         };
-        let not_utf8 = if plan.grammar.is_some() { self.prompter.not_utf8_tokens() } else { &[] };
+        let grammar = match plan.grammar.as_ref().filter(|g| !g.gbnf.is_empty()) {
+            Some(spec) => Some(self.prompter.grammar(spec)?),
+            None => None,
+        };
         // SAFETY: the vocab lives as long as the model, which outlives the sampler.
-        let mut smpl = unsafe { Sampler::new(self.prompter.vocab(), &sp, plan.grammar.as_ref(), not_utf8) }?;
+        let mut smpl = unsafe { Sampler::new(self.prompter.vocab(), &sp, grammar) }?;
         if let Some(pre) = &plan.grammar_prefill {
             let toks = self
                 .prompter
@@ -209,7 +216,10 @@ impl Run<'_> {
                     return Ok(Finish::Cancelled);
                 }
             }
-            logits = match ticket.recv() {
+            let waiting = Instant::now();
+            let next = ticket.recv();
+            out.model_wait += waiting.elapsed();
+            logits = match next {
                 Msg::Logits(l) => l,
                 Msg::Failed(e) if e.code == ErrorCode::ContextOverflow => return Ok(Finish::Length),
                 Msg::Failed(e) => return Err(e),
@@ -243,7 +253,9 @@ impl Run<'_> {
         } else {
             smpl.sample(logits)?
         };
-        if let Some(why) = smpl.accept(tok)? {
+        let dropped = smpl.accept(tok)?;
+        out.sampling = smpl.stats;
+        if let Some(why) = dropped {
             out.warnings.push(json!({"code": "grammar_disabled", "message": format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}")}));
         }
         Ok(tok)
@@ -402,6 +414,11 @@ impl Run<'_> {
             "predicted_ms": predicted_ms,
             "predicted_per_second": if predicted_ms > 0.0 { n as f64 * 1e3 / predicted_ms } else { 0.0 },
             "predicted_forced_n": out.n_forced,
+            // Of predicted_ms: waiting for the model's logits, the sampler chain, and the grammar
+            // (masks, checks, accepting); the rest is llb's own work (parsing, streaming, stops).
+            "model_ms": out.model_wait.as_secs_f64() * 1e3,
+            "sampling_ms": out.sampling.chain.as_secs_f64() * 1e3,
+            "grammar_ms": out.sampling.grammar.as_secs_f64() * 1e3,
         });
         let mut v = resp.completion(&msg, &out.ids, finish_reason, usage, timings);
         v["choices"][0]["logprobs"] = out.emitted.all_logprobs(req.logprobs_top().is_some());

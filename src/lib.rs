@@ -12,6 +12,7 @@ pub mod fault;
 pub mod ffi;
 pub mod fixture;
 pub mod generate;
+pub mod grammar;
 pub mod gguf;
 pub mod jump;
 pub mod logprobs;

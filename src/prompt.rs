@@ -6,7 +6,7 @@ use crate::call_syntax::CallSyntax;
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Model;
 use crate::request::{self, ChatRequest, Choice, ReasoningFormat, Role};
-use crate::sampler::{self, GrammarSpec};
+use crate::grammar::{gbnf, GrammarSpec};
 use crate::session::ReplyRecord;
 use crate::shim::{ChatParams, Parser, Probe, Templates};
 use crate::sys;
@@ -54,6 +54,8 @@ pub struct Prompter {
     /// piece text → token, built on first need (exact prefill of a grammar).
     pieces: OnceLock<PieceIndex>,
     not_utf8: OnceLock<Vec<sys::llama_token>>,
+    /// The constraint engine for this vocabulary (built on first need; None if it failed).
+    engine: OnceLock<Option<Arc<crate::grammar::engine::Engine>>>,
 }
 
 impl Prompter {
@@ -65,6 +67,7 @@ impl Prompter {
             chat_template_kwargs: kwargs,
             pieces: OnceLock::new(),
             not_utf8: OnceLock::new(),
+            engine: OnceLock::new(),
         }
     }
 
@@ -100,6 +103,33 @@ impl Prompter {
             let n = unsafe { sys::llama_vocab_n_tokens(self.vocab()) };
             (0..n).filter(|&t| crate::utf8::never_valid(&self.piece(t, false))).collect()
         })
+    }
+
+    /// The constraint engine of this model's vocabulary, built on first need (None when it
+    /// cannot be built: grammars then run on llama.cpp's sampler).
+    pub fn engine(&self) -> Option<&Arc<crate::grammar::engine::Engine>> {
+        // SAFETY: as above.
+        self.engine.get_or_init(|| unsafe { crate::grammar::engine::Engine::new(self.vocab()) }.ok().map(Arc::new)).as_ref()
+    }
+
+    /// The token a grammar's `<text>` reference names: text that tokenizes to one token.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        match self.tokenize(text) {
+            Ok(ids) if ids.len() == 1 => Some(ids[0] as u32),
+            _ => None,
+        }
+    }
+
+    /// The running grammar for `spec` (see [`crate::grammar::Grammar::build`]).
+    pub fn grammar(&self, spec: &GrammarSpec) -> Result<crate::grammar::Grammar> {
+        let token_id = |t: &str| self.token_id(t);
+        let not_utf8 = || self.not_utf8_tokens().to_vec();
+        // SAFETY: the vocab lives as long as the model, which outlives every request's grammar.
+        let (g, stats) = unsafe { crate::grammar::Grammar::build(self.vocab(), spec, self.engine(), &token_id, &not_utf8)? };
+        if debug_enabled() {
+            eprintln!("[llb] grammar build: {stats:?}");
+        }
+        Ok(g)
     }
 
     /// Tokens whose pieces spell `text` exactly (see [`PieceIndex::spell`]).
@@ -301,7 +331,7 @@ impl Prompter {
                     if ids.len() == 1 && preserved.contains(&ids[0]) {
                         g.trigger_tokens.push(ids[0]);
                     } else {
-                        g.trigger_patterns.push(sampler::regex_escape(&t.value));
+                        g.trigger_patterns.push(gbnf::regex_escape(&t.value));
                     }
                 }
                 crate::shim::TRIGGER_PATTERN => g.trigger_patterns.push(t.value.clone()),
@@ -425,15 +455,15 @@ fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bo
     let opened = !start.is_empty() && !end.is_empty() && (gp.ends_with(start) || tail_opened);
     let root = if opened && !thinking {
         // The prompt opened a reasoning block but thinking is off: close it at once.
-        format!("root ::= {} llb-ws llb-tool-section", sampler::gbnf_literal(end))
+        format!("root ::= {} llb-ws llb-tool-section", gbnf::literal(end))
     } else if opened {
-        format!("root ::= {} {} llb-ws llb-tool-section", sampler::gbnf_until(end), sampler::gbnf_literal(end))
+        format!("root ::= {} {} llb-ws llb-tool-section", gbnf::until(end), gbnf::literal(end))
     } else if thinking && p.supports_thinking && !start.is_empty() && !end.is_empty() {
         format!(
             "root ::= ({} {} {} llb-ws)? llb-tool-section",
-            sampler::gbnf_literal(start),
-            sampler::gbnf_until(end),
-            sampler::gbnf_literal(end)
+            gbnf::literal(start),
+            gbnf::until(end),
+            gbnf::literal(end)
         )
     } else {
         "root ::= llb-tool-section".to_string()

@@ -1,13 +1,14 @@
-//! Token sampling: a llama.cpp sampler chain plus an optional grammar, combined the way
-//! llama.cpp's common_sampler does it: sample without the grammar, check that one token against
-//! the grammar, and only when it is rejected apply the grammar to every candidate and resample.
-//! Grammar calls go through the shim, which catches llama.cpp's exceptions.
+//! Token sampling: a llama.cpp sampler chain plus an optional grammar (src/grammar/), combined
+//! the way llama.cpp's common_sampler does it: sample without the grammar, check that one token
+//! against the grammar, and only when it is rejected sample again from the allowed candidates
+//! (the constraint engine lists them from its mask; llama.cpp's grammar filters the row).
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::grammar::Grammar;
 use crate::sys;
-use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::ptr;
+use std::time::{Duration, Instant};
 
 /// Sampling settings of one request (llama.cpp's defaults where the request is silent).
 #[derive(Debug, Clone)]
@@ -58,11 +59,6 @@ impl SamplingParams {
         self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
     }
 
-    /// Whether the chain changes logits before choosing (then any token may win: see `needed`).
-    fn adjusts_logits(&self) -> bool {
-        self.penalized() || !self.logit_bias.is_empty()
-    }
-
     /// Adds logit_bias and the penalties to the front of `chain`, as llama.cpp's common_sampler
     /// orders them. Fails for a token id outside the vocabulary.
     ///
@@ -92,63 +88,24 @@ impl SamplingParams {
     }
 }
 
-/// A grammar constraint: GBNF text, and for lazy grammars what wakes it up.
-#[derive(Debug, Clone, Default)]
-pub struct GrammarSpec {
-    pub gbnf: String,
-    pub lazy: bool,
-    pub trigger_patterns: Vec<String>,
-    pub trigger_tokens: Vec<sys::llama_token>,
-}
-
-fn shim_err(st: sys::llb_shim_status, err: *mut c_char, what: &str) -> Result<()> {
-    if st == sys::LLB_SHIM_OK {
-        return Ok(());
-    }
-    let msg = if err.is_null() {
-        what.to_string()
-    } else {
-        // SAFETY: the shim returns a NUL-terminated malloc'd message, freed here once.
-        let m = unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned();
-        unsafe { sys::llb_shim_string_free(err) };
-        format!("{what}: {m}")
-    };
-    Err(Error::new(ErrorCode::Internal, msg))
+/// Where a request's sampling time went (the completion's `timings`): the sampler chain, and the
+/// grammar (checks, masks, accepting tokens).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SampleStats {
+    pub chain: Duration,
+    pub grammar: Duration,
 }
 
 pub struct Sampler {
     chain: *mut sys::llama_sampler,
-    grammar: *mut sys::llama_sampler,
+    pub stats: SampleStats,
+    grammar: Option<Grammar>,
     cur: Vec<sys::llama_token_data>,
     n_vocab: usize,
-    /// How many allowed candidates the chain can use (greedy: 1, top-k: k, else all).
-    needed: usize,
     /// The request's logit_bias, which greedy call wrappers honour too (bans hold everywhere).
     bias: Vec<(i32, f32)>,
-    /// With a grammar: the UTF-8 guard (src/utf8.rs).
-    utf8: Option<Utf8Guard>,
-}
-
-/// What keeps a grammar's output valid UTF-8 (src/utf8.rs).
-struct Utf8Guard {
-    /// The sampler's vocabulary (valid for its lifetime: Sampler::new's contract).
+    /// The vocabulary (valid for the sampler's lifetime: `new`'s contract), for token pieces.
     vocab: *const sys::llama_vocab,
-    /// Tokens invalid wherever they stand (sorted).
-    never: Vec<sys::llama_token>,
-    /// The first bytes of a character the output has not finished.
-    pending: Vec<u8>,
-}
-
-impl Utf8Guard {
-    fn piece(&self, id: sys::llama_token) -> Vec<u8> {
-        // SAFETY: the vocab outlives the sampler (Sampler::new's contract).
-        unsafe { crate::tokens::piece(self.vocab, id, false) }
-    }
-
-    fn allows(&self, id: sys::llama_token) -> bool {
-        self.never.binary_search(&id).is_err()
-            && (self.pending.is_empty() || crate::utf8::continues(&self.pending, &self.piece(id)))
-    }
 }
 
 // SAFETY: a sampler belongs to one request, used by its caller's thread only.
@@ -157,51 +114,19 @@ unsafe impl Send for Sampler {}
 impl Sampler {
     /// # Safety
     /// `vocab` must be valid for the sampler's lifetime.
-    ///
-    /// `not_utf8` (sorted): the vocabulary's tokens that are invalid UTF-8 wherever they stand;
-    /// with a grammar, the sampler keeps its output valid UTF-8 (src/utf8.rs): those tokens are
-    /// refused, and while a character is incomplete only tokens that continue it are allowed.
-    pub unsafe fn new(
-        vocab: *const sys::llama_vocab,
-        p: &SamplingParams,
-        grammar: Option<&GrammarSpec>,
-        not_utf8: &[sys::llama_token],
-    ) -> Result<Sampler> {
+    pub unsafe fn new(vocab: *const sys::llama_vocab, p: &SamplingParams, grammar: Option<Grammar>) -> Result<Sampler> {
         // SAFETY: vocab is valid per the contract.
         let n_vocab = unsafe { sys::llama_vocab_n_tokens(vocab) } as usize;
-        let mut s = Sampler {
+        Ok(Sampler {
             // SAFETY: as above.
             chain: unsafe { chain(vocab, p)? },
-            grammar: ptr::null_mut(),
+            stats: SampleStats::default(),
+            grammar,
             cur: Vec::with_capacity(n_vocab),
             n_vocab,
-            needed: candidates_needed(p),
             bias: p.logit_bias.clone(),
-            utf8: None,
-        };
-        if let Some(g) = grammar.filter(|g| !g.gbnf.is_empty()) {
-            // SAFETY: as above. On an error `s` is dropped, which frees the chain.
-            s.grammar = unsafe { grammar_sampler(vocab, g)? };
-            s.utf8 = Some(Utf8Guard { vocab, never: not_utf8.to_vec(), pending: Vec::new() });
-        }
-        Ok(s)
-    }
-
-    fn utf8_allows(&self, id: sys::llama_token) -> bool {
-        self.utf8.as_ref().is_none_or(|g| g.allows(id))
-    }
-
-    /// Applies the grammar to the candidates (refused ones get -infinity).
-    fn run_grammar(&mut self) -> Result<()> {
-        self.run(self.grammar)?;
-        if self.utf8.is_some() {
-            for i in 0..self.cur.len() {
-                if self.cur[i].logit.is_finite() && !self.utf8_allows(self.cur[i].id) {
-                    self.cur[i].logit = f32::NEG_INFINITY;
-                }
-            }
-        }
-        Ok(())
+            vocab,
+        })
     }
 
     fn fill(&mut self, logits: &[f32]) {
@@ -213,7 +138,14 @@ impl Sampler {
         }));
     }
 
-    fn run(&mut self, smpl: *mut sys::llama_sampler) -> Result<()> {
+    fn run_chain(&mut self) -> Result<()> {
+        let t0 = Instant::now();
+        let r = self.run_chain_inner();
+        self.stats.chain += t0.elapsed();
+        r
+    }
+
+    fn run_chain_inner(&mut self) -> Result<()> {
         let mut arr = sys::llama_token_data_array {
             data: self.cur.as_mut_ptr(),
             size: self.cur.len(),
@@ -222,8 +154,8 @@ impl Sampler {
         };
         let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: arr points into self.cur, alive for the call.
-        let st = unsafe { sys::llb_shim_sampler_apply(smpl, &mut arr, &mut err) };
-        shim_err(st, err, "sampling")?;
+        let st = unsafe { sys::llb_shim_sampler_apply(self.chain, &mut arr, &mut err) };
+        crate::shim::check(st, err, "sampling").map_err(internal)?;
         self.cur.truncate(arr.size);
         if arr.selected >= 0 && (arr.selected as usize) < arr.size {
             self.cur.swap(0, arr.selected as usize);
@@ -231,44 +163,51 @@ impl Sampler {
         Ok(())
     }
 
-    /// Samples the next token from a row of logits (n_vocab floats).
-    pub fn sample(&mut self, logits: &[f32]) -> Result<sys::llama_token> {
+    /// The candidates the grammar allows, from a row of logits.
+    fn fill_allowed(&mut self, logits: &[f32]) -> Result<()> {
+        let t0 = Instant::now();
+        let r = self.fill_allowed_inner(logits);
+        self.stats.grammar += t0.elapsed();
+        r
+    }
+
+    fn fill_allowed_inner(&mut self, logits: &[f32]) -> Result<()> {
+        let Some(g) = self.grammar.as_mut() else {
+            self.fill(logits);
+            return Ok(());
+        };
+        if let Some(allowed) = g.allowed_candidates(logits)? {
+            self.cur = allowed;
+        } else {
+            self.fill(logits);
+            let g = self.grammar.as_mut().expect("checked above");
+            g.constrain(&mut self.cur)?;
+        }
+        if self.cur.is_empty() {
+            return Err(Error::new(ErrorCode::Internal, "the grammar admits no token"));
+        }
+        Ok(())
+    }
+
+    fn check_row(&self, logits: &[f32]) -> Result<()> {
         if logits.len() != self.n_vocab {
             return Err(Error::new(ErrorCode::Internal, "a logits row of the wrong size"));
         }
+        Ok(())
+    }
+
+    /// Samples the next token from a row of logits (n_vocab floats).
+    pub fn sample(&mut self, logits: &[f32]) -> Result<sys::llama_token> {
+        self.check_row(logits)?;
         self.fill(logits);
-        self.run(self.chain)?;
+        self.run_chain()?;
         let id = self.cur.first().map(|t| t.id).ok_or_else(|| Error::new(ErrorCode::Internal, "empty candidates"))?;
         if self.grammar_allows(id)? {
             return Ok(id);
         }
-        // Rejected: constrain the candidates, then sample again. The chain keeps at most
-        // `needed` candidates (top-k), so when enough of the highest-logit candidates pass the
-        // grammar, checking those suffices and gives the same result as checking all of them.
-        self.fill(logits);
-        const HEAD: usize = 1024;
-        if self.needed <= HEAD / 4 && self.cur.len() > HEAD {
-            self.cur.select_nth_unstable_by(HEAD - 1, |a, b| b.logit.total_cmp(&a.logit));
-            let tail_max = self.cur[HEAD..].iter().map(|t| t.logit).fold(f32::NEG_INFINITY, f32::max);
-            let mut head: Vec<sys::llama_token_data> = self.cur[..HEAD].to_vec();
-            let saved = std::mem::replace(&mut self.cur, head);
-            self.run_grammar()?;
-            self.cur.retain(|t| t.logit.is_finite());
-            let enough = self.cur.len() >= self.needed
-                && self.cur.iter().map(|t| t.logit).fold(f32::INFINITY, f32::min) >= tail_max;
-            if enough {
-                self.run(self.chain)?;
-                return Ok(self.cur[0].id);
-            }
-            head = std::mem::replace(&mut self.cur, saved);
-            drop(head);
-        }
-        self.run_grammar()?;
-        self.cur.retain(|t| t.logit.is_finite());
-        if self.cur.is_empty() {
-            return Err(Error::new(ErrorCode::Internal, "the grammar admits no token"));
-        }
-        self.run(self.chain)?;
+        // Rejected: sample again from the candidates the grammar allows.
+        self.fill_allowed(logits)?;
+        self.run_chain()?;
         Ok(self.cur[0].id)
     }
 
@@ -277,105 +216,103 @@ impl Sampler {
     /// candidates, after the request's logit_bias), leaving the chain's state (its random
     /// generator) untouched. The penalties do not apply: a wrapper's tokens are the format's.
     pub fn sample_greedy(&mut self, logits: &[f32]) -> Result<sys::llama_token> {
-        if logits.len() != self.n_vocab {
-            return Err(Error::new(ErrorCode::Internal, "a logits row of the wrong size"));
-        }
+        self.check_row(logits)?;
         let best = |c: &[sys::llama_token_data]| c.iter().max_by(|a, b| a.logit.total_cmp(&b.logit)).map(|t| t.id);
         self.fill(logits);
-        for &(id, b) in &self.bias {
-            if let Some(t) = self.cur.get_mut(id as usize) {
-                t.logit += b;
-            }
-        }
+        self.apply_bias();
         let id = best(&self.cur).ok_or_else(|| Error::new(ErrorCode::Internal, "empty candidates"))?;
         if self.grammar_allows(id)? {
             return Ok(id);
         }
-        self.run_grammar()?;
-        self.cur.retain(|t| t.logit.is_finite());
+        self.fill_allowed(logits)?;
+        self.apply_bias();
         best(&self.cur).ok_or_else(|| Error::new(ErrorCode::Internal, "the grammar admits no token"))
     }
     // --- end deterministic call syntax ---
 
+    fn apply_bias(&mut self) {
+        let full = self.cur.len() == self.n_vocab;
+        for &(id, b) in &self.bias {
+            let t = if full { self.cur.get_mut(id as usize) } else { self.cur.iter_mut().find(|t| t.id == id) };
+            if let Some(t) = t {
+                t.logit += b;
+            }
+        }
+    }
+
     /// Whether the grammar (when there is one) admits `token` next.
     pub fn grammar_allows(&mut self, token: sys::llama_token) -> Result<bool> {
-        self.grammar_allows_any(&[token])
+        let t0 = Instant::now();
+        let r = match self.grammar.as_mut() {
+            Some(g) => g.allows(token),
+            None => Ok(true),
+        };
+        self.stats.grammar += t0.elapsed();
+        r
     }
 
     /// Whether the grammar, in its current state, accepts any of `tokens` next.
     pub fn grammar_allows_any(&mut self, tokens: &[sys::llama_token]) -> Result<bool> {
-        if self.grammar.is_null() {
-            return Ok(true);
-        }
-        let mut data: Vec<_> = tokens
-            .iter()
-            .filter(|&&id| self.utf8_allows(id))
-            .map(|&id| sys::llama_token_data { id, logit: 1.0, p: 0.0 })
-            .collect();
-        if data.is_empty() {
-            return Ok(false);
-        }
-        let mut arr =
-            sys::llama_token_data_array { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
-        let mut err: *mut c_char = ptr::null_mut();
-        // SAFETY: arr points to `data`, alive for the call.
-        let st = unsafe { sys::llb_shim_sampler_apply(self.grammar, &mut arr, &mut err) };
-        shim_err(st, err, "grammar check")?;
-        Ok(data[..arr.size].iter().any(|d| d.logit.is_finite()))
+        let t0 = Instant::now();
+        let r = match self.grammar.as_mut() {
+            Some(g) => g.allows_any(tokens),
+            None => Ok(true),
+        };
+        self.stats.grammar += t0.elapsed();
+        r
     }
 
     /// The text the grammar forces next, at most `max_bytes` bytes ("" without a grammar, at a
     /// choice, or while a lazy grammar waits for its trigger). See [`crate::jump`].
     pub fn forced_text(&mut self, max_bytes: usize) -> Result<String> {
-        if self.grammar.is_null() {
-            return Ok(String::new());
-        }
-        let mut text: *mut c_char = ptr::null_mut();
-        let mut err: *mut c_char = ptr::null_mut();
-        // SAFETY: live grammar sampler made by llb_shim_grammar_new; exceptions caught by the shim.
-        let st = unsafe { sys::llb_shim_grammar_forced(self.grammar, max_bytes, &mut text, &mut err) };
-        shim_err(st, err, "forced grammar text")?;
-        // SAFETY: on success the shim returns a NUL-terminated malloc'd string, freed here once.
-        let out = unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned();
-        unsafe { sys::llb_shim_string_free(text) };
-        Ok(out)
+        let t0 = Instant::now();
+        let r = match self.grammar.as_mut() {
+            Some(g) => g.forced_text(max_bytes),
+            None => Ok(String::new()),
+        };
+        self.stats.grammar += t0.elapsed();
+        r
+    }
+
+    fn piece(&self, token: sys::llama_token) -> Vec<u8> {
+        // SAFETY: the vocab outlives the sampler (new's contract).
+        unsafe { crate::tokens::piece(self.vocab, token, true) }
     }
 
     /// Advances only the grammar (past text that is already in the prompt).
     pub fn accept_grammar(&mut self, token: sys::llama_token) -> Result<()> {
-        if self.grammar.is_null() {
-            return Ok(());
+        let piece = self.piece(token);
+        match self.grammar.as_mut() {
+            Some(g) => g.prefill(token, &piece),
+            None => Ok(()),
         }
-        let mut err: *mut c_char = ptr::null_mut();
-        // SAFETY: live sampler; exceptions are caught by the shim.
-        let st = unsafe { sys::llb_shim_sampler_accept(self.grammar, token, &mut err) };
-        shim_err(st, err, "grammar prefill")
     }
 
-    /// Records a generated token in the chain and the grammar. When llama.cpp's grammar throws
-    /// (at the pin, e.g. a lazy grammar whose trigger text its own root rejects), the grammar is
-    /// dropped and its message returned: generation goes on unconstrained and the caller warns.
+    /// Records a generated token in the chain and the grammar. When the grammar fails (at the
+    /// pin, e.g. a lazy grammar whose trigger text its own root rejects), the grammar is dropped
+    /// and its message returned: generation goes on unconstrained and the caller warns.
     pub fn accept(&mut self, token: sys::llama_token) -> Result<Option<String>> {
-        let mut err: *mut c_char = ptr::null_mut();
         let mut dropped = None;
-        if !self.grammar.is_null() {
-            // SAFETY: live sampler; exceptions are caught by the shim.
-            let st = unsafe { sys::llb_shim_sampler_accept(self.grammar, token, &mut err) };
-            if let Err(e) = shim_err(st, err, "grammar accept") {
-                // SAFETY: created in new(), freed once here.
-                unsafe { sys::llama_sampler_free(self.grammar) };
-                self.grammar = ptr::null_mut();
-                dropped = Some(e.message);
+        if self.grammar.is_some() {
+            let t0 = Instant::now();
+            let piece = self.piece(token);
+            if let Some(why) = self.grammar.as_mut().expect("checked above").accept(token, &piece)? {
+                self.grammar = None;
+                dropped = Some(why);
             }
+            self.stats.grammar += t0.elapsed();
         }
-        if let Some(g) = self.utf8.as_mut() {
-            g.pending = crate::utf8::pending_after(&g.pending, &g.piece(token));
-        }
+        let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: live sampler.
         let st = unsafe { sys::llb_shim_sampler_accept(self.chain, token, &mut err) };
-        shim_err(st, err, "sampler accept")?;
+        crate::shim::check(st, err, "sampler accept").map_err(internal)?;
         Ok(dropped)
     }
+}
+
+fn internal(mut e: Error) -> Error {
+    e.code = ErrorCode::Internal;
+    e
 }
 
 /// The sampling chain for `p`: logit adjustments, then greedy at temperature 0, else top-k,
@@ -410,129 +347,9 @@ unsafe fn chain(vocab: *const sys::llama_vocab, p: &SamplingParams) -> Result<*m
     }
 }
 
-/// How many of the best candidates the chain can pick from: the grammar need only check those.
-fn candidates_needed(p: &SamplingParams) -> usize {
-    if p.adjusts_logits() {
-        usize::MAX // a bias or a negative penalty may lift any token to the top
-    } else if p.temperature <= 0.0 {
-        1
-    } else if p.top_k > 0 {
-        p.top_k as usize
-    } else {
-        usize::MAX
-    }
-}
-
-/// llama.cpp's grammar sampler for `g` (lazy with its triggers, or strict). A grammar llama.cpp
-/// cannot parse, or one holding a NUL, comes from the request: `invalid_argument`.
-///
-/// # Safety
-/// `vocab` must be valid for the sampler's lifetime.
-unsafe fn grammar_sampler(vocab: *const sys::llama_vocab, g: &GrammarSpec) -> Result<*mut sys::llama_sampler> {
-    let gbnf = CString::new(g.gbnf.as_str()).map_err(|_| {
-        // Only a request's schema (a `pattern` with a raw NUL) can put one there.
-        Error::new(
-            ErrorCode::InvalidArgument,
-            "the request's tool schemas or response_format give a grammar holding a NUL character",
-        )
-    })?;
-    let pats: Vec<CString> = g.trigger_patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
-    let pat_ptrs: Vec<*const c_char> = pats.iter().map(|p| p.as_ptr()).collect();
-    let mut grammar = ptr::null_mut();
-    let mut err: *mut c_char = ptr::null_mut();
-    // SAFETY: every pointer outlives the call; `grammar` is a valid out-pointer.
-    let st = unsafe {
-        sys::llb_shim_grammar_new(
-            vocab,
-            gbnf.as_ptr(),
-            g.lazy as i32,
-            pat_ptrs.as_ptr() as *mut *const c_char,
-            pat_ptrs.len(),
-            g.trigger_tokens.as_ptr(),
-            g.trigger_tokens.len(),
-            &mut grammar,
-            &mut err,
-        )
-    };
-    if st == sys::LLB_SHIM_INVALID {
-        // The grammar comes from the request's tool schemas and response_format: one
-        // llama.cpp cannot parse is the request's to fix, not an internal error.
-        let what = "the request's tool schemas or response_format give a grammar llama.cpp cannot parse";
-        let mut e = shim_err(st, err, what).unwrap_err();
-        e.code = ErrorCode::InvalidArgument;
-        return Err(e);
-    }
-    shim_err(st, err, "building the grammar sampler")?;
-    Ok(grammar)
-}
-
 impl Drop for Sampler {
     fn drop(&mut self) {
-        // SAFETY: both were created here and are freed once.
-        unsafe {
-            sys::llama_sampler_free(self.chain);
-            if !self.grammar.is_null() {
-                sys::llama_sampler_free(self.grammar);
-            }
-        }
+        // SAFETY: created in new() and freed once.
+        unsafe { sys::llama_sampler_free(self.chain) };
     }
-}
-
-/// Escapes a literal for a trigger regex (as llama.cpp's regex_escape).
-pub fn regex_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 2);
-    for c in s.chars() {
-        if ".^$|()*+?[]{}\\".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// GBNF text for "any text up to (not including) `lit`", as llama.cpp writes it:
-/// `([^<] | "<" [^/] | "</" [^t] ...)*`.
-pub fn gbnf_until(lit: &str) -> String {
-    let chars: Vec<char> = lit.chars().collect();
-    if chars.is_empty() {
-        return String::new();
-    }
-    let mut alts = Vec::new();
-    for i in 0..chars.len() {
-        let prefix: String = chars[..i].iter().collect();
-        let c = gbnf_class_char(chars[i]);
-        if i == 0 {
-            alts.push(format!("[^{c}]"));
-        } else {
-            alts.push(format!("{} [^{c}]", gbnf_literal(&prefix)));
-        }
-    }
-    format!("({})*", alts.join(" | "))
-}
-
-fn gbnf_class_char(c: char) -> String {
-    match c {
-        '\\' | ']' | '[' | '^' | '-' => format!("\\{c}"),
-        '\n' => "\\n".into(),
-        '\r' => "\\r".into(),
-        '\t' => "\\t".into(),
-        c => c.to_string(),
-    }
-}
-
-/// A GBNF string literal.
-pub fn gbnf_literal(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
