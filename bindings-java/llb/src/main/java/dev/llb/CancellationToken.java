@@ -11,9 +11,18 @@ package dev.llb;
  */
 public final class CancellationToken {
     private volatile boolean cancelled;
+    /** A token whose cancellation cancels this one too, or null. */
+    private final CancellationToken parent;
 
     /** A token that is not cancelled. */
-    public CancellationToken() {}
+    public CancellationToken() {
+        this(null);
+    }
+
+    /** A token that is also cancelled whenever {@code parent} (may be null) is. */
+    CancellationToken(CancellationToken parent) {
+        this.parent = parent;
+    }
 
     /** Cancels every call this token was given to (now or later). Idempotent. */
     public void cancel() {
@@ -26,6 +35,6 @@ public final class CancellationToken {
      * @return true once cancelled
      */
     public boolean isCancelled() {
-        return cancelled;
+        return cancelled || (parent != null && parent.isCancelled());
     }
 }

@@ -41,14 +41,20 @@ record ChatCall(String requestJson, Consumer<String> onChunk, CancellationToken 
      * Runs the call: {@code nativeCall} gets the request JSON and returns llb's answer, while
      * {@code events} hands its chunks to {@link #onChunk} and cancels it with {@link #cancel}. What a
      * chunk consumer threw is rethrown once native code has returned; then an llb error JSON
-     * becomes an {@link LlbException}.
+     * becomes an {@link LlbException}. From a virtual thread the native call runs on one of the
+     * binding's platform threads and the chunks are relayed to this thread ({@link NativeThreads}).
      *
      * @param events the dispatcher of the stub that {@code nativeCall} hands to llb
      * @param nativeCall the downcall, from the request JSON to llb's answer
      * @return the {@code chat.completion} JSON
      */
     String run(EventDispatcher events, UnaryOperator<String> nativeCall) {
-        events.begin(onChunk, cancel);
+        return NativeThreads.call(onChunk, cancel, (chunks, token) -> run(events, nativeCall, chunks, token));
+    }
+
+    private String run(EventDispatcher events, UnaryOperator<String> nativeCall, Consumer<String> chunks,
+            CancellationToken token) {
+        events.begin(chunks, token);
         String response;
         Throwable fromCallback;
         try {

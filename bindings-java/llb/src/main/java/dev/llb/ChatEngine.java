@@ -22,9 +22,11 @@ import java.util.function.Consumer;
  * the engine.
  *
  * <h2>Callbacks</h2>
- * Chunk consumers run on the calling thread, inside the native call. Whatever they throw is
- * caught before it can reach native code, cancels the generation, and is rethrown by
- * {@link #stream} once llb has returned; the engine stays usable.
+ * Chunk consumers run on the calling thread: inside the native call on a platform thread; on a
+ * virtual thread, the native call runs on one of the binding's platform threads (a virtual thread
+ * in native code would pin its carrier) and the chunks are relayed to the caller. Whatever they
+ * throw cancels the generation and is rethrown by {@link #stream} once llb has returned; the
+ * engine stays usable. Interrupting a waiting virtual thread cancels its call.
  *
  * <h2>Lifetime</h2>
  * The native engine, its callback stub and the arena that holds the stub live exactly as long as
@@ -71,6 +73,10 @@ public final class ChatEngine implements AutoCloseable {
      */
     public static ChatEngine open(ChatConfig config) {
         Objects.requireNonNull(config, "config");
+        return NativeThreads.call(() -> create(config)); // loading weights: off a virtual thread's carrier
+    }
+
+    private static ChatEngine create(ChatConfig config) {
         EventDispatcher events = new EventDispatcher();
         Arena arena = Arena.ofShared();
         boolean opened = false;

@@ -27,6 +27,11 @@ import java.util.function.Consumer;
  * request never disturbs the others. {@link #close()} may be called from any thread: it cancels
  * the running calls, waits for them, then frees the pool.
  *
+ * <p>Virtual threads never pin a carrier here: from a virtual thread the native call runs on one
+ * of the binding's platform threads while the caller waits unmounted, its chunks relayed to its
+ * consumer on its own thread; interrupting it cancels its request. So N virtual threads run N
+ * requests at once, however few the carriers.
+ *
  * <h2>Callbacks</h2>
  * As for {@link ChatEngine}: whatever a chunk consumer throws cancels its own request and is
  * rethrown from that call once llb has returned.
@@ -90,7 +95,7 @@ public final class ChatPool implements AutoCloseable {
         }
         EventDispatcher events = new EventDispatcher();
         events.begin(null, null);
-        MemorySegment handle = Native.poolCreate(json.toString(), events);
+        MemorySegment handle = NativeThreads.call(() -> Native.poolCreate(json.toString(), events));
         if (handle.equals(MemorySegment.NULL)) {
             throw events.takeCreateFailure();
         }

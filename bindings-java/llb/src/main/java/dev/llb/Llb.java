@@ -69,11 +69,15 @@ public final class Llb {
      * @return the {@code pull_result} JSON ({@code path} is the file to open)
      * @throws ToolsUnsupportedException when the downloaded model cannot do tool calling (it is
      *     quarantined in the cache)
-     * @throws LlbException {@code auth_required}, {@code repo_not_found}, {@code quant_not_found},
+     * @throws PullException {@code auth_required}, {@code repo_not_found}, {@code quant_not_found},
      *     {@code checksum_mismatch}, {@code network}, {@code cancelled}, ... (docs/pull.md)
      */
     public static String pull(String requestJson, Consumer<String> onEvent, CancellationToken token) {
         Objects.requireNonNull(requestJson, "requestJson");
+        return NativeThreads.call(onEvent, token, (events, cancel) -> pullJson(requestJson, events, cancel));
+    }
+
+    private static String pullJson(String requestJson, Consumer<String> onEvent, CancellationToken token) {
         PullEvents events = new PullEvents(onEvent, token);
         String result = Native.modelPull(requestJson, events);
         Throwable failed = events.failure();
@@ -81,6 +85,53 @@ public final class Llb {
             Native.throwIfUnchecked(failed);
             throw new LlbException("cancelled", "the pull event consumer failed: " + failed);
         }
-        return Json.orThrow(result);
+        if (Json.isError(result)) {
+            throw PullException.fromJson(Json.parse(result), result);
+        }
+        return result;
+    }
+
+    /**
+     * {@code pull(repo, PullOptions.defaults())}.
+     *
+     * @param repo {@code org/name}, optionally {@code org/name:QUANT}
+     * @return the local GGUF file to open (the first shard of a split model)
+     */
+    public static Path pull(String repo) {
+        return pull(repo, PullOptions.defaults());
+    }
+
+    /**
+     * Pulls a GGUF from the Hugging Face hub and returns the local file to open: picks the file
+     * ({@link PullOptions#file()}, else {@link PullOptions#quant()}, else llb's default quants),
+     * downloads it sha256-verified and resumable into the cache, and checks it with the same tool
+     * gate as {@link ChatEngine#open}. A model already in the cache is not downloaded again.
+     *
+     * <p>The options' listener hears {@link PullEvent}s on the calling thread; cancelling their
+     * token stops the download (the partial file stays resumable). Blocks for the whole download;
+     * from a virtual thread it waits without pinning a carrier, and interrupting it cancels the
+     * pull ({@link PullException.Reason#CANCELLED}, interrupt status kept).
+     *
+     * @param repo {@code org/name}, optionally {@code org/name:QUANT}
+     * @param options file choice, revision, token, cache, offline, endpoint, listener, cancellation
+     * @return the local GGUF file to open (the first shard of a split model)
+     * @throws ToolsUnsupportedException when the downloaded model cannot do tool calling (it is
+     *     quarantined: {@link ToolsUnsupportedException#quarantined()})
+     * @throws PullException with llb's code and its typed {@link PullException#reason()}
+     * @throws NullPointerException when {@code repo} or {@code options} is null
+     */
+    public static Path pull(String repo, PullOptions options) {
+        Objects.requireNonNull(repo, "repo");
+        Objects.requireNonNull(options, "options");
+        String request = options.toJson(repo);
+        PullListener listener = options.listener();
+        Consumer<String> onEvent = listener == null ? null : json -> {
+            PullEvent event = PullEvents.typed(json);
+            if (event != null) {
+                listener.onEvent(event);
+            }
+        };
+        String result = pull(request, onEvent, options.cancellation());
+        return Path.of(Json.parse(result).path("path").asText());
     }
 }

@@ -1,6 +1,9 @@
 package dev.llb;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
 
 /**
  * An error reported by llb: {@link #code()} is one of llb's stable error codes
@@ -36,7 +39,9 @@ public class LlbException extends RuntimeException {
         String code = error.path("code").asText("internal");
         String message = error.path("message").asText("(llb sent no message)");
         if (ToolsUnsupportedException.CODE.equals(code)) {
-            return new ToolsUnsupportedException(message, Json.booleanMap(error.path("caps")), json);
+            List<Path> quarantined = new ArrayList<>();
+            error.path("quarantined").forEach(p -> quarantined.add(Path.of(p.asText())));
+            return new ToolsUnsupportedException(message, Json.booleanMap(error.path("caps")), quarantined, json);
         }
         return new LlbException(code, message, json);
     }

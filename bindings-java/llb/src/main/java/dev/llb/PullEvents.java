@@ -1,6 +1,9 @@
 package dev.llb;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.function.Consumer;
 
 /**
@@ -33,5 +36,25 @@ final class PullEvents {
     /** What the consumer threw, or null. */
     Throwable failure() {
         return failure;
+    }
+
+    /** The typed {@link PullEvent} of an event JSON, or null for an event type this binding does not know (llb may add some). */
+    static PullEvent typed(String json) {
+        JsonNode n = Json.parse(json);
+        return switch (n.path("type").asText()) {
+            case "pull_resolved" -> {
+                List<PullEvent.ResolvedFile> files = new ArrayList<>();
+                for (JsonNode f : n.path("files")) {
+                    files.add(new PullEvent.ResolvedFile(f.path("name").asText(), f.path("size").asLong(), Json.text(f, "sha256"),
+                            f.path("cached").asBoolean()));
+                }
+                yield new PullEvent.Resolved(Json.text(n, "repo"), Json.text(n, "revision"), Json.text(n, "commit"), files,
+                        n.path("total").asLong(), n.path("to_download").asLong(), json);
+            }
+            case "pull_progress" -> new PullEvent.Progress(Json.text(n, "file"), n.path("bytes").asLong(), n.path("total").asLong(),
+                    n.path("file_bytes").asLong(), n.path("file_total").asLong(), json);
+            case "pull_warning" -> new PullEvent.Warning(Json.text(n, "code"), Json.text(n, "message"), json);
+            default -> null;
+        };
     }
 }

@@ -1,5 +1,7 @@
 package dev.llb;
 
+import java.nio.file.Path;
+import java.util.List;
 import java.util.Map;
 
 /**
@@ -13,10 +15,12 @@ public final class ToolsUnsupportedException extends LlbException {
     static final String CODE = "tools_unsupported";
 
     private final transient Map<String, Boolean> caps;
+    private final transient List<Path> quarantined;
 
-    ToolsUnsupportedException(String message, Map<String, Boolean> caps, String json) {
+    ToolsUnsupportedException(String message, Map<String, Boolean> caps, List<Path> quarantined, String json) {
         super(CODE, message, json);
         this.caps = Map.copyOf(caps);
+        this.quarantined = List.copyOf(quarantined);
     }
 
     /**
@@ -26,5 +30,15 @@ public final class ToolsUnsupportedException extends LlbException {
      */
     public Map<String, Boolean> caps() {
         return caps;
+    }
+
+    /**
+     * Where a refused pull moved the downloaded files ({@link Llb#pull}): a later pull re-checks
+     * them there without downloading.
+     *
+     * @return the quarantined files, empty when the refusal came from opening a model
+     */
+    public List<Path> quarantined() {
+        return quarantined;
     }
 }

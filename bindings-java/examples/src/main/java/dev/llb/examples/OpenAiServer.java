@@ -3,7 +3,9 @@ package dev.llb.examples;
 import com.sun.net.httpserver.HttpServer;
 import dev.llb.ChatConfig;
 import dev.llb.ChatPool;
+import dev.llb.Llb;
 import dev.llb.LlbException;
+import dev.llb.ModelInfo;
 import dev.llb.ToolsUnsupportedException;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -24,6 +26,7 @@ import java.util.concurrent.Executors;
  * parallel request), and past that a request gets 503 {@code queue_full}. {@code --ctx} is the
  * KV budget all requests share (llb's default: 4096 tokens per parallel request);
  * {@code --threads} defaults to llb's process-wide budget (the machine's cores).
+ * {@code /v1/models} reports the model's {@code supports_tools} and {@code caps} ({@link Llb#modelInfo}).
  * A model that llb refuses for lack of tool calling still starts the server, which then answers
  * every completion with llb's refusal (422, code {@code tools_unsupported}); other load failures
  * (missing file, not a GGUF, ...) stop it with exit status 1.
@@ -89,8 +92,15 @@ public final class OpenAiServer {
             config = config.withThreads(options.threads());
         }
 
+        // The header's capabilities, for /v1/models (llb_model_info reads no weights).
+        ModelInfo info = null;
+        try {
+            info = Llb.modelInfo(options.model());
+        } catch (LlbException e) {
+            // Opening the pool reports the same failure in its own words below.
+        }
         ChatPool pool = null;
-        LlbException refusal = null;
+        ToolsUnsupportedException refusal = null;
         try {
             pool = ChatPool.open(config, options.parallel(), options.queue());
         } catch (ToolsUnsupportedException e) {
@@ -107,7 +117,7 @@ public final class OpenAiServer {
         // One thread per connection: a request blocks its thread while the pool runs or queues it.
         ExecutorService workers = Executors.newVirtualThreadPerTaskExecutor();
         server.setExecutor(workers);
-        server.createContext("/v1/models", new ModelsHandler(modelId, pool != null));
+        server.createContext("/v1/models", new ModelsHandler(modelId, pool != null, info, refusal == null ? null : refusal.caps()));
         server.createContext("/v1/chat/completions", new ChatCompletionsHandler(pool, refusal));
         server.createContext("/", exchange -> {
             try (exchange) {

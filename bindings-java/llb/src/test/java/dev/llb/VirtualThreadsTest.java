@@ -1,0 +1,199 @@
+package dev.llb;
+
+import static dev.llb.Completions.assemble;
+import static dev.llb.Completions.assertOneValidToolCall;
+import static dev.llb.Completions.json;
+import static dev.llb.Completions.message;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * Calls from virtual threads: a virtual thread blocked in a downcall would pin its carrier, and a
+ * JVM has as many carriers as cores, so without the binding's relay ({@link NativeThreads}) at most
+ * "cores" requests would ever be inside llb at once, whatever the pool's size.
+ */
+class VirtualThreadsTest {
+    private static final long TIMEOUT_S = 180;
+    /** Four times the carriers (the default virtual-thread scheduler has one per core). */
+    private static final int N = 4 * Runtime.getRuntime().availableProcessors();
+
+    @TempDir
+    static Path dir;
+    static ChatPool pool;
+
+    @BeforeAll
+    static void open() {
+        // 512 tokens of KV per request; a long text request is cancelled long before it fills them.
+        pool = ChatPool.open(ChatConfig.of(Fixtures.toolModel(dir)).withThreads(1).withContextSize(N * 512), N);
+    }
+
+    @AfterAll
+    static void close() {
+        if (pool != null) {
+            pool.close();
+        }
+    }
+
+    private static int running() {
+        return json(pool.stats()).path("running").asInt();
+    }
+
+    /** Plain text that runs until cancelled (random weights almost never emit the end token). */
+    private static String longText(int seed) {
+        return longText(seed, 400);
+    }
+
+    private static String longText(int seed, int maxTokens) {
+        return """
+                {"messages":[{"role":"user","content":"Tell me a long story."}],
+                 "tool_choice":"none","max_tokens":%d,"temperature":1.0,"seed":%d}""".formatted(maxTokens, seed);
+    }
+
+    @Test
+    void fourTimesAsManyVirtualThreadsAsCarriersRunInThePoolAtOnce() throws Exception {
+        CancellationToken stop = new CancellationToken();
+        List<Future<String>> calls = new ArrayList<>();
+        int most = 0;
+        try (ExecutorService virtual = Executors.newVirtualThreadPerTaskExecutor()) {
+            for (int i = 0; i < N; i++) {
+                int seed = i;
+                calls.add(virtual.submit(() -> pool.infer(longText(seed), stop)));
+            }
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(TIMEOUT_S);
+            while (most < N && System.nanoTime() < deadline && !calls.stream().allMatch(Future::isDone)) {
+                most = Math.max(most, running());
+                Thread.sleep(2);
+            }
+            stop.cancel();
+            for (Future<String> call : calls) {
+                String finish = message(call.get(TIMEOUT_S, TimeUnit.SECONDS)).finishReason();
+                assertTrue(Set.of("cancelled", "length", "stop").contains(finish), finish);
+            }
+        }
+        assertEquals(N, most, N + " virtual threads called a pool of " + N + " on "
+                + Runtime.getRuntime().availableProcessors() + " carriers; the pool never ran more than " + most + " at once");
+        assertEquals(0, running());
+    }
+
+    @Test
+    void streamChunksReachTheConsumerOnTheCallingVirtualThread() throws Exception {
+        List<Thread> consumers = new ArrayList<>();
+        List<String> chunks = new ArrayList<>();
+        Thread[] caller = new Thread[1];
+        String response = inVirtualThread(() -> {
+            caller[0] = Thread.currentThread();
+            return pool.stream(Requests.toolRequired(), chunk -> {
+                consumers.add(Thread.currentThread());
+                chunks.add(chunk);
+            });
+        });
+        assertTrue(caller[0].isVirtual());
+        assertTrue(chunks.size() > 2, chunks.toString());
+        assertTrue(consumers.stream().allMatch(t -> t == caller[0]), "every chunk on the caller's thread: " + Set.copyOf(consumers));
+        assertEquals(message(response), assemble(chunks));
+        assertOneValidToolCall(message(response));
+    }
+
+    @Test
+    void exceptionsKeepTheirTypesAndThePoolStaysUsable() throws Exception {
+        IllegalStateException boom = new IllegalStateException("boom");
+        List<String> seen = new ArrayList<>();
+        Throwable thrown = failureInVirtualThread(() -> pool.stream(Requests.toolRequired(), chunk -> {
+            seen.add(chunk);
+            if (seen.size() == 2) {
+                throw boom;
+            }
+        }));
+        assertSame(boom, thrown);
+        assertEquals(2, seen.size(), "no chunk is delivered after the consumer failed");
+
+        LlbException invalid = (LlbException) failureInVirtualThread(() -> pool.infer("{nope"));
+        assertEquals("invalid_json", invalid.code());
+        LlbException badField = (LlbException) failureInVirtualThread(() -> pool.infer("{\"messages\":[],\"max_tokens\":-1}"));
+        assertEquals("invalid_argument", badField.code());
+
+        assertOneValidToolCall(message(inVirtualThread(() -> pool.infer(Requests.toolRequired()))));
+        assertEquals(0, running());
+    }
+
+    @Test
+    void interruptingTheWaitingVirtualThreadCancelsTheNativeCall() throws Exception {
+        CountDownLatch streaming = new CountDownLatch(1);
+        AtomicBoolean stillInterrupted = new AtomicBoolean();
+        CompletableFuture<String> done = new CompletableFuture<>();
+        Thread caller = Thread.ofVirtual().start(() -> {
+            try {
+                String r = pool.stream(longText(3, 1500), chunk -> streaming.countDown());
+                stillInterrupted.set(Thread.currentThread().isInterrupted());
+                done.complete(r);
+            } catch (Throwable t) {
+                done.completeExceptionally(t);
+            }
+        });
+        assertTrue(streaming.await(TIMEOUT_S, TimeUnit.SECONDS), "no chunk arrived");
+        caller.interrupt();
+        String response = done.get(TIMEOUT_S, TimeUnit.SECONDS);
+        String usage = json(response).path("usage").toString();
+        assertEquals("cancelled", message(response).finishReason(), usage);
+        assertTrue(json(response).path("usage").path("completion_tokens").asInt() < 1500, usage);
+        assertTrue(stillInterrupted.get(), "the caller's interrupt status is kept");
+        assertEquals(0, running(), "nothing left running in the pool");
+    }
+
+    @Test
+    void aTokenCancelsARelayedCallAndEnginesAndOpensWorkFromVirtualThreads() throws Exception {
+        CancellationToken token = new CancellationToken();
+        String response = inVirtualThread(() -> pool.stream(longText(5, 1500), chunk -> token.cancel(), token));
+        assertEquals("cancelled", message(response).finishReason(), json(response).path("usage").toString());
+
+        String engineAnswer = inVirtualThread(() -> {
+            try (ChatEngine engine = ChatEngine.open(Fixtures.config(Fixtures.toolModel(dir)))) {
+                return engine.infer(Requests.toolNamed());
+            }
+        });
+        assertEquals("get_weather", assertOneValidToolCall(message(engineAnswer)).name());
+        // A refused model fails the open with llb's typed exception, from a virtual thread too.
+        Throwable refused = failureInVirtualThread(() -> ChatPool.open(Fixtures.config(Fixtures.plainModel(dir)), 2));
+        assertTrue(refused instanceof ToolsUnsupportedException, refused.toString());
+    }
+
+    private interface Call<T> {
+        T run() throws Exception;
+    }
+
+    private static <T> T inVirtualThread(Call<T> call) throws Exception {
+        CompletableFuture<T> result = new CompletableFuture<>();
+        Thread.ofVirtual().start(() -> {
+            try {
+                result.complete(call.run());
+            } catch (Throwable t) {
+                result.completeExceptionally(t);
+            }
+        });
+        return result.get(TIMEOUT_S, TimeUnit.SECONDS);
+    }
+
+    private static Throwable failureInVirtualThread(Call<?> call) throws Exception {
+        java.util.concurrent.ExecutionException e = assertThrows(java.util.concurrent.ExecutionException.class,
+                () -> inVirtualThread(call));
+        return e.getCause();
+    }
+}
