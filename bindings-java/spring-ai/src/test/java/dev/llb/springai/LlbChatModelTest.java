@@ -233,6 +233,34 @@ class LlbChatModelTest {
     }
 
     @Test
+    void withInternalToolExecutionTheModelRunsTheToolLoopItself() {
+        LlbChatOptions.Builder internal = LlbChatOptions.builder().toolChoice("required").toolChoiceAfterTools("none")
+                .internalToolExecutionEnabled(true);
+        WeatherTools tools = new WeatherTools();
+        ChatResponse response = llb.call(new Prompt(QUESTION, internal.toolCallbacks(List.of(ToolCallbacks.from(tools))).build()));
+        assertEquals(1, tools.cities.size(), "the model ran the tool");
+        assertFalse(response.hasToolCalls(), "and answered after it: " + response);
+
+        WeatherTools streamed = new WeatherTools();
+        List<ChatResponse> responses = llb.stream(new Prompt(QUESTION, internal.toolCallbacks(List.of(ToolCallbacks.from(streamed))).build()))
+                .collectList().block();
+        assertNotNull(responses);
+        assertEquals(1, streamed.cities.size());
+        assertEquals(1, responses.stream().filter(ChatResponse::hasToolCalls).count(), "the call, then the answer's deltas");
+        assertFalse(responses.get(responses.size() - 1).hasToolCalls());
+        assertTrue(Set.of("STOP", "LENGTH").contains(responses.get(responses.size() - 1).getResult().getMetadata().getFinishReason()));
+
+        // A model that never stops calling is stopped.
+        WeatherTools looping = new WeatherTools();
+        try (LlbChatModel bounded = LlbChatModel.builder().pool(llb.pool()).defaultOptions(llb.getOptions()).maxToolRounds(3).build()) {
+            NonTransientAiException e = assertThrows(NonTransientAiException.class, () -> bounded.call(new Prompt(QUESTION,
+                    internal.toolChoiceAfterTools("required").toolCallbacks(List.of(ToolCallbacks.from(looping))).build())));
+            assertTrue(e.getMessage().contains("3 rounds"), e.getMessage());
+        }
+        assertEquals(2, looping.cities.size(), "two rounds ran their tool, the third call was refused");
+    }
+
+    @Test
     void sixteenConcurrentChatClientCallsOnOneModel() throws Exception {
         ChatClient client = ChatClient.builder(llb)
                 .defaultOptions(LlbChatOptions.builder().toolChoice("required").toolChoiceAfterTools("none").maxTokens(32)).build();
