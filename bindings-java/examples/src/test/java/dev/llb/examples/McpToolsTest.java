@@ -24,11 +24,13 @@ import dev.langchain4j.service.Result;
 import dev.llb.ChatConfig;
 import dev.llb.examples.mcp.McpWeatherApp;
 import dev.llb.examples.mcp.WeatherMcpServer;
+import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -56,10 +58,12 @@ import reactor.core.publisher.Flux;
  *
  * <p>On the random-weight fixture the call is forced ({@code tool_choice}); on the real-weights
  * SmolLM2 tool model ({@code -Dllb.smollm2.tools} or {@code LLB_SMOLLM2_TOOLS}, from
- * scripts/smollm2.sh) the city in the call must be the one the question names.
+ * scripts/smollm2.sh) the city in the call must be the one the question names, and the answer
+ * must carry the server's temperature.
  */
 class McpToolsTest {
-    static final Pattern REPORT = Pattern.compile("degrees Celsius in (\\w+) \\(WeatherMcpServer pid (\\d+)\\)");
+    static final Pattern REPORT = Pattern.compile("Sunny, \\d+ degrees Celsius in (\\w+)");
+    static final Pattern LOGGED = Pattern.compile("get_weather (\\w+) pid (\\d+)");
 
     @TempDir
     static Path dir;
@@ -85,11 +89,16 @@ class McpToolsTest {
         return Path.of(path);
     }
 
-    /** The city the MCP server reported, after checking the report came from its own process. */
-    static String served(String toolResult) {
+    /** The city the MCP server reported, after checking that its child process served the one call ({@code WEATHER_MCP_LOG}). */
+    static String served(String toolResult, Path log) throws IOException {
         Matcher m = REPORT.matcher(toolResult);
         assertTrue(m.find(), "the tool result is WeatherMcpServer's: " + toolResult);
-        assertNotEquals(ProcessHandle.current().pid(), Long.parseLong(m.group(2)), "served by the child process");
+        List<String> calls = Files.readAllLines(log);
+        assertEquals(1, calls.size(), calls.toString());
+        Matcher logged = LOGGED.matcher(calls.get(0));
+        assertTrue(logged.matches(), calls.get(0));
+        assertEquals(m.group(1), logged.group(1));
+        assertNotEquals(ProcessHandle.current().pid(), Long.parseLong(logged.group(2)), "served by the child process");
         return m.group(1);
     }
 
@@ -120,9 +129,14 @@ class McpToolsTest {
         }
     }
 
-    /** Runs the example application on {@code model}; returns the city the MCP server answered for. */
-    static String springAi(Path model, String question) {
+    /** The city the MCP server answered for, and the model's answer after it. */
+    record Served(String city, String answer) {}
+
+    /** Runs the example application on {@code model}. */
+    static Served springAi(Path model, String question) throws IOException {
+        Path log = Files.createTempFile(dir, "calls", ".log");
         try (ConfigurableApplicationContext app = McpWeatherApp.start("--llb.chat.model-path=" + model, "--llb.chat.threads=1",
+                "--spring.ai.mcp.client.stdio.connections.weather.env.WEATHER_MCP_LOG=" + log,
                 "--llb.chat.context-size=2048", "--llb.chat.parallel=1", "--llb.chat.options.max-tokens=64",
                 "--llb.chat.options.parallel-tool-calls=false", "--spring.main.banner-mode=off")) {
             ToolCallbackProvider tools = app.getBean(ToolCallbackProvider.class);
@@ -139,8 +153,8 @@ class McpToolsTest {
             ToolResponseMessage result = assertInstanceOf(ToolResponseMessage.class, second.get(second.size() - 1));
             assertEquals("get_weather", result.getResponses().get(0).name());
             System.out.println("Spring AI + MCP (" + model.getFileName() + "): " + result.getResponses().get(0).responseData()
-                    + " -> " + answer);
-            return served(result.getResponses().get(0).responseData());
+                    + " -> " + answer.replace('\n', ' '));
+            return new Served(served(result.getResponses().get(0).responseData(), log), answer);
         }
     }
 
@@ -148,9 +162,9 @@ class McpToolsTest {
         Result<String> chat(String message);
     }
 
-    /** Asks through LangChain4j's AiServices with the MCP server's tools; returns the city it answered for. */
+    /** Asks through LangChain4j's AiServices with the MCP server's tools. */
     @SuppressWarnings("try") // McpClient.close() declares Exception
-    static String langChain4j(Path model, String question) throws Exception {
+    static Served langChain4j(Path model, String question) throws Exception {
         List<ChatRequest> requests = Collections.synchronizedList(new ArrayList<>());
         ChatModelListener listener = new ChatModelListener() {
             @Override
@@ -159,9 +173,10 @@ class McpToolsTest {
             }
         };
         String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+        Path log = Files.createTempFile(dir, "calls", ".log");
         StdioMcpTransport transport = new StdioMcpTransport.Builder()
                 .command(List.of(java, "-cp", System.getProperty("java.class.path"), WeatherMcpServer.class.getName()))
-                .logEvents(false).build();
+                .environment(Map.of("WEATHER_MCP_LOG", log.toString())).logEvents(false).build();
         try (McpClient mcp = new DefaultMcpClient.Builder().key("weather").transport(transport).build();
                 dev.llb.langchain4j.LlbChatModel llb = dev.llb.langchain4j.LlbChatModel.builder()
                         .config(ChatConfig.of(model).withContextSize(2048).withThreads(1)).parallelToolCalls(false)
@@ -181,8 +196,8 @@ class McpToolsTest {
             assertEquals(result.toolExecutions().get(0).result(), sent.text());
             assertTrue(Set.of(FinishReason.STOP, FinishReason.LENGTH).contains(result.finishReason()), String.valueOf(result.finishReason()));
             assertTrue(result.finalResponse().aiMessage().toolExecutionRequests().isEmpty());
-            System.out.println("LangChain4j + MCP (" + model.getFileName() + "): " + sent.text() + " -> " + result.content());
-            return served(sent.text());
+            System.out.println("LangChain4j + MCP (" + model.getFileName() + "): " + sent.text() + " -> " + result.content().replace('\n', ' '));
+            return new Served(served(sent.text(), log), result.content());
         }
     }
 
@@ -196,19 +211,24 @@ class McpToolsTest {
     }
 
     @Test
-    void springAiMcpClientServesTheModelsToolCall() {
-        assertTrue(WeatherMcpServer.CITIES.contains(springAi(fixture, "What is the weather in Paris?")));
+    void springAiMcpClientServesTheModelsToolCall() throws Exception {
+        assertTrue(WeatherMcpServer.CITIES.contains(springAi(fixture, "What is the weather in Paris?").city()));
     }
 
     @Test
     void langChain4jMcpClientServesTheModelsToolCall() throws Exception {
-        assertTrue(WeatherMcpServer.CITIES.contains(langChain4j(fixture, "What is the weather in Paris?")));
+        assertTrue(WeatherMcpServer.CITIES.contains(langChain4j(fixture, "What is the weather in Paris?").city()));
     }
 
     @Test
     void aRealModelAsksTheMcpServerForTheCityInTheQuestion() throws Exception {
         Path smollm2 = smollm2();
-        assertEquals("Tokyo", springAi(smollm2, "What is the weather in Tokyo?"));
-        assertEquals("Lima", langChain4j(smollm2, "What is the weather in Lima?"));
+        Served tokyo = springAi(smollm2, "What is the weather in Tokyo?");
+        assertEquals("Tokyo", tokyo.city());
+        Served lima = langChain4j(smollm2, "What is the weather in Lima?");
+        assertEquals("Lima", lima.city());
+        // The result reached the model and shaped its answer: the temperature comes only from the server.
+        assertTrue(tokyo.answer().contains("17 degrees Celsius in Tokyo"), tokyo.answer());
+        assertTrue(lima.answer().contains("20 degrees Celsius in Lima"), lima.answer());
     }
 }

@@ -9,6 +9,10 @@ import java.io.FilterInputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.PrintStream;
+import java.io.UncheckedIOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
@@ -18,9 +22,10 @@ import java.util.concurrent.CountDownLatch;
  * MCP examples and tests: any MCP client (Spring AI's, LangChain4j's, Claude Desktop's) can start it
  * as {@code java -cp CLASSPATH dev.llb.examples.mcp.WeatherMcpServer}.
  *
- * <p>Its answer names the city and this process, so a client can tell that the result came from
- * here. Standard output carries MCP's JSON-RPC messages only: anything else printed (logging
- * included) goes to standard error.
+ * <p>With the environment variable {@code WEATHER_MCP_LOG} set, each call is also appended to that
+ * file ({@code get_weather CITY pid PID}), so a test can tell that the result came from here.
+ * Standard output carries MCP's JSON-RPC messages only: anything else printed (logging included)
+ * goes to standard error.
  */
 public final class WeatherMcpServer {
     /** The cities the tool knows (its schema's enum: a model cannot make one up). */
@@ -36,7 +41,18 @@ public final class WeatherMcpServer {
      */
     public static String report(String city) {
         int degrees = 14 + 3 * CITIES.indexOf(city);
-        return "Sunny, " + degrees + " degrees Celsius in " + city + " (WeatherMcpServer pid " + ProcessHandle.current().pid() + ")";
+        return "Sunny, " + degrees + " degrees Celsius in " + city;
+    }
+
+    private static void log(String line) {
+        String file = System.getenv("WEATHER_MCP_LOG");
+        if (file != null) {
+            try {
+                Files.writeString(Path.of(file), line + "\n", StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
     }
 
     /**
@@ -79,6 +95,7 @@ public final class WeatherMcpServer {
                     if (!CITIES.contains(city)) {
                         return McpSchema.CallToolResult.builder().addTextContent("unknown city: " + city).isError(true).build();
                     }
+                    log("get_weather " + city + " pid " + ProcessHandle.current().pid());
                     return McpSchema.CallToolResult.builder().addTextContent(report((String) city)).isError(false).build();
                 })
                 .build();
