@@ -38,12 +38,16 @@ if [ -f bindings-java/pom.xml ]; then
   source scripts/find-jdk.sh
   rm -rf bindings-java/target/*/surefire-reports
   java_props=(-Dllb.library.path="$root/target/release/libllb.so" -Dllb.cli="$root/target/release/llb")
-  # install: the binding, the LangChain4j models and the examples are tested, packaged (the jar
-  # bundles the libllb.so named by -Dllb.library.path) and put in ~/.m2/repository.
+  # install: the binding, the LangChain4j and Spring AI models and the examples (MCP included) are
+  # tested, packaged (the jar bundles the libllb.so named by -Dllb.library.path) and put in
+  # ~/.m2/repository. The examples' real-weights MCP test reads LLB_SMOLLM2_TOOLS (exported above).
   (cd bindings-java && mvn -q -B install "${java_props[@]}")
   # The consumer example resolves dev.llb:llb from ~/.m2 (not the source tree) and its test runs
   # it with the library from the jar, no -D flags.
   (cd bindings-java/consumer-example && mvn -q -B test "${java_props[@]}")
+  # The same for a Spring AI application: dev.llb:llb-spring-ai and spring-ai-client-chat from ~/.m2,
+  # on the class path, the library from dev.llb:llb's jar.
+  (cd bindings-java/spring-ai-consumer-example && mvn -q -B test "${java_props[@]}")
   # mvn -q prints no summary: count the Surefire reports (mvn already failed on any failure).
   python3 - bindings-java/target/*/surefire-reports/TEST-*.xml <<'PY'
 import re, sys

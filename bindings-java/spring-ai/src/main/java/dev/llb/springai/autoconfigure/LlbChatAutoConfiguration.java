@@ -1,0 +1,108 @@
+package dev.llb.springai.autoconfigure;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.llb.ChatConfig;
+import dev.llb.Llb;
+import dev.llb.LlbException;
+import dev.llb.springai.LlbChatModel;
+import dev.llb.springai.LlbChatOptions;
+import java.nio.file.Path;
+import org.springframework.ai.model.tool.ToolCallingManager;
+import org.springframework.ai.retry.NonTransientAiException;
+import org.springframework.beans.factory.ObjectProvider;
+import org.springframework.boot.autoconfigure.AutoConfiguration;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
+import org.springframework.boot.context.properties.EnableConfigurationProperties;
+import org.springframework.context.annotation.Bean;
+
+/**
+ * Spring Boot auto-configuration of an {@link LlbChatModel} bean (a Spring AI {@code ChatModel})
+ * from {@link LlbChatProperties llb.chat.*}: the model at {@code llb.chat.model-path}, or the
+ * Hugging Face repository {@code llb.chat.model} pulled into {@code llb.chat.cache-dir} at
+ * start-up. A model llb refuses (its chat template cannot do tool calls) fails start-up with
+ * llb's message. {@code llb.chat.enabled=false}, or an {@code LlbChatModel} bean of the
+ * application's own, turns it off. The bean uses the application's {@link ToolCallingManager}
+ * bean when there is one.
+ */
+@AutoConfiguration(afterName = "org.springframework.ai.model.tool.autoconfigure.ToolCallingAutoConfiguration")
+@ConditionalOnProperty(prefix = LlbChatProperties.PREFIX, name = "enabled", havingValue = "true", matchIfMissing = true)
+@EnableConfigurationProperties(LlbChatProperties.class)
+public class LlbChatAutoConfiguration {
+    /** Created by Spring. */
+    public LlbChatAutoConfiguration() {}
+
+    /**
+     * The chat model, closed with the context.
+     *
+     * @param properties {@code llb.chat.*}
+     * @param toolCallingManager the application's, if any
+     * @return the model over an open pool
+     */
+    @Bean
+    @ConditionalOnMissingBean(LlbChatModel.class)
+    public LlbChatModel llbChatModel(LlbChatProperties properties, ObjectProvider<ToolCallingManager> toolCallingManager) {
+        ChatConfig config = ChatConfig.of(modelPath(properties));
+        if (properties.getContextSize() != null) {
+            config = config.withContextSize(properties.getContextSize());
+        }
+        if (properties.getThreads() != null) {
+            config = config.withThreads(properties.getThreads());
+        }
+        if (properties.getBatchSize() != null) {
+            config = config.withBatchSize(properties.getBatchSize());
+        }
+        if (properties.getGpuLayers() != null) {
+            config = config.withGpuLayers(properties.getGpuLayers());
+        }
+        LlbChatProperties.Options o = properties.getOptions();
+        LlbChatOptions defaults = LlbChatOptions.builder().temperature(o.getTemperature()).topP(o.getTopP()).topK(o.getTopK())
+                .maxTokens(o.getMaxTokens()).seed(o.getSeed()).toolChoice(o.getToolChoice())
+                .toolChoiceAfterTools(o.getToolChoiceAfterTools()).parallelToolCalls(o.getParallelToolCalls())
+                .reasoningEffort(o.getReasoningEffort()).build();
+        LlbChatModel.Builder builder = LlbChatModel.builder().config(config).parallel(properties.getParallel())
+                .maxQueue(properties.getMaxQueue()).defaultOptions(defaults);
+        ToolCallingManager manager = toolCallingManager.getIfAvailable();
+        if (manager != null) {
+            builder.toolCallingManager(manager);
+        }
+        return builder.build();
+    }
+
+    /** {@code model-path}, or the file {@code model} pulls to. */
+    static Path modelPath(LlbChatProperties p) {
+        if (p.getModelPath() != null && p.getModel() != null) {
+            throw new IllegalStateException("set one of llb.chat.model-path and llb.chat.model, not both");
+        }
+        if (p.getModelPath() != null) {
+            return p.getModelPath();
+        }
+        if (p.getModel() == null) {
+            throw new IllegalStateException("set llb.chat.model-path (a GGUF file) or llb.chat.model (a Hugging Face "
+                    + "repository id, pulled at start-up), or llb.chat.enabled=false");
+        }
+        ObjectNode request = new ObjectMapper().createObjectNode().put("repo", p.getModel());
+        putIfSet(request, "quant", p.getQuant());
+        putIfSet(request, "filename", p.getFile());
+        putIfSet(request, "revision", p.getRevision());
+        putIfSet(request, "cache_dir", p.getCacheDir() == null ? null : p.getCacheDir().toString());
+        putIfSet(request, "endpoint", p.getHubEndpoint());
+        putIfSet(request, "token", p.getToken());
+        request.put("offline", p.isOffline());
+        try {
+            String result = Llb.pull(request.toString(), null, null);
+            return Path.of(new ObjectMapper().readTree(result).path("path").asText());
+        } catch (LlbException e) {
+            throw new NonTransientAiException("llb " + e.code() + ": " + e.getMessage(), e);
+        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+            throw new IllegalStateException("llb's pull result does not parse", e);
+        }
+    }
+
+    private static void putIfSet(ObjectNode node, String field, String value) {
+        if (value != null) {
+            node.put(field, value);
+        }
+    }
+}

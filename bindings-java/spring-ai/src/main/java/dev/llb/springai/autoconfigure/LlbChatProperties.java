@@ -1,0 +1,393 @@
+package dev.llb.springai.autoconfigure;
+
+import java.nio.file.Path;
+import org.springframework.boot.context.properties.ConfigurationProperties;
+
+/**
+ * {@code llb.chat.*}: the model (a local GGUF, or a Hugging Face repository pulled at start-up),
+ * the pool, and the default request options of the {@link dev.llb.springai.LlbChatModel} bean.
+ *
+ * <pre>
+ * llb.chat.model-path=/models/qwen2.5-7b-instruct-q4_k_m.gguf
+ * # or: llb.chat.model=Qwen/Qwen2.5-7B-Instruct-GGUF  (with llb.chat.quant=Q4_K_M)
+ * llb.chat.parallel=4
+ * llb.chat.context-size=16384
+ * llb.chat.options.temperature=0.2
+ * </pre>
+ */
+@ConfigurationProperties(prefix = LlbChatProperties.PREFIX)
+public class LlbChatProperties {
+    /** The properties' prefix. */
+    public static final String PREFIX = "llb.chat";
+
+    /** Whether to create the LlbChatModel bean. */
+    private boolean enabled = true;
+    /** The GGUF file to open. */
+    private Path modelPath;
+    /** A Hugging Face repository id ("org/name") to pull at start-up instead of model-path. */
+    private String model;
+    /** The quantization to pick from the repository (llb's default: Q4_K_M, else the smallest). */
+    private String quant;
+    /** The GGUF file name in the repository, instead of quant. */
+    private String file;
+    /** The repository revision (branch, tag or commit). */
+    private String revision;
+    /** Where pulled models are cached (llb's default: ~/.cache/llb/models, or LLB_MODEL_CACHE). */
+    private Path cacheDir;
+    /** The hub's base URL (llb's default: https://huggingface.co, or HF_ENDPOINT); a mirror, or a test hub. */
+    private String hubEndpoint;
+    /** The hub token (llb's default: HF_TOKEN); an empty string sends none. */
+    private String token;
+    /** Use only the cache: no network. */
+    private boolean offline;
+    /** Requests that decode at once (n_parallel). */
+    private int parallel = 4;
+    /** Requests that may wait for a turn (llb's default: 16 x parallel). */
+    private Integer maxQueue;
+    /** The KV cache all requests share, in tokens (llb's default: 4096 per parallel request). */
+    private Integer contextSize;
+    /** CPU threads for decoding (default: every core). */
+    private Integer threads;
+    /** Prompt tokens per decode batch. */
+    private Integer batchSize;
+    /** Layers offloaded to GPUs (-1: all; default: all when there is a GPU). */
+    private Integer gpuLayers;
+    /** Default request options. */
+    private final Options options = new Options();
+
+    /** Bound by Spring Boot from {@code llb.chat.*}. */
+    public LlbChatProperties() {}
+
+    /** {@code llb.chat.options.*}: the model's default request options. */
+    public static class Options {
+        /** Bound by Spring Boot from {@code llb.chat.options.*}. */
+        public Options() {}
+
+        /** Sampling temperature. */
+        private Double temperature;
+        /** Nucleus sampling. */
+        private Double topP;
+        /** Top-k sampling. */
+        private Integer topK;
+        /** Tokens to generate at most. */
+        private Integer maxTokens;
+        /** Sampling seed. */
+        private Long seed;
+        /** tool_choice: auto, none, required or a tool name. */
+        private String toolChoice;
+        /** tool_choice of the request after tool results. */
+        private String toolChoiceAfterTools;
+        /** Whether one reply may hold several tool calls. */
+        private Boolean parallelToolCalls;
+        /** reasoning_effort for reasoning models. */
+        private String reasoningEffort;
+
+        /**
+         * Returns the temperature.
+         *
+         * @return the temperature
+         */
+        public Double getTemperature() { return temperature; }
+        /**
+         * Sets the temperature.
+         *
+         * @param v the temperature
+         */
+        public void setTemperature(Double v) { temperature = v; }
+        /**
+         * Returns top_p.
+         *
+         * @return top_p
+         */
+        public Double getTopP() { return topP; }
+        /**
+         * Sets top_p.
+         *
+         * @param v top_p
+         */
+        public void setTopP(Double v) { topP = v; }
+        /**
+         * Returns top_k.
+         *
+         * @return top_k
+         */
+        public Integer getTopK() { return topK; }
+        /**
+         * Sets top_k.
+         *
+         * @param v top_k
+         */
+        public void setTopK(Integer v) { topK = v; }
+        /**
+         * Returns max_tokens.
+         *
+         * @return max_tokens
+         */
+        public Integer getMaxTokens() { return maxTokens; }
+        /**
+         * Sets max_tokens.
+         *
+         * @param v max_tokens
+         */
+        public void setMaxTokens(Integer v) { maxTokens = v; }
+        /**
+         * Returns the seed.
+         *
+         * @return the seed
+         */
+        public Long getSeed() { return seed; }
+        /**
+         * Sets the seed.
+         *
+         * @param v the seed
+         */
+        public void setSeed(Long v) { seed = v; }
+        /**
+         * Returns tool_choice.
+         *
+         * @return tool_choice
+         */
+        public String getToolChoice() { return toolChoice; }
+        /**
+         * Sets tool_choice.
+         *
+         * @param v tool_choice
+         */
+        public void setToolChoice(String v) { toolChoice = v; }
+        /**
+         * Returns tool_choice after tool results.
+         *
+         * @return tool_choice after tool results
+         */
+        public String getToolChoiceAfterTools() { return toolChoiceAfterTools; }
+        /**
+         * Sets tool_choice after tool results.
+         *
+         * @param v tool_choice after tool results
+         */
+        public void setToolChoiceAfterTools(String v) { toolChoiceAfterTools = v; }
+        /**
+         * Returns parallel_tool_calls.
+         *
+         * @return parallel_tool_calls
+         */
+        public Boolean getParallelToolCalls() { return parallelToolCalls; }
+        /**
+         * Sets parallel_tool_calls.
+         *
+         * @param v parallel_tool_calls
+         */
+        public void setParallelToolCalls(Boolean v) { parallelToolCalls = v; }
+        /**
+         * Returns reasoning_effort.
+         *
+         * @return reasoning_effort
+         */
+        public String getReasoningEffort() { return reasoningEffort; }
+        /**
+         * Sets reasoning_effort.
+         *
+         * @param v reasoning_effort
+         */
+        public void setReasoningEffort(String v) { reasoningEffort = v; }
+    }
+
+    /**
+     * Returns whether the bean is created.
+     *
+     * @return whether the bean is created
+     */
+    public boolean isEnabled() { return enabled; }
+    /**
+     * Sets whether the bean is created.
+     *
+     * @param v whether the bean is created
+     */
+    public void setEnabled(boolean v) { enabled = v; }
+    /**
+     * Returns the GGUF file.
+     *
+     * @return the GGUF file
+     */
+    public Path getModelPath() { return modelPath; }
+    /**
+     * Sets the GGUF file.
+     *
+     * @param v the GGUF file
+     */
+    public void setModelPath(Path v) { modelPath = v; }
+    /**
+     * Returns the Hugging Face repository id.
+     *
+     * @return the Hugging Face repository id
+     */
+    public String getModel() { return model; }
+    /**
+     * Sets the Hugging Face repository id.
+     *
+     * @param v the Hugging Face repository id
+     */
+    public void setModel(String v) { model = v; }
+    /**
+     * Returns the quantization.
+     *
+     * @return the quantization
+     */
+    public String getQuant() { return quant; }
+    /**
+     * Sets the quantization.
+     *
+     * @param v the quantization
+     */
+    public void setQuant(String v) { quant = v; }
+    /**
+     * Returns the file name in the repository.
+     *
+     * @return the file name in the repository
+     */
+    public String getFile() { return file; }
+    /**
+     * Sets the file name in the repository.
+     *
+     * @param v the file name in the repository
+     */
+    public void setFile(String v) { file = v; }
+    /**
+     * Returns the revision.
+     *
+     * @return the revision
+     */
+    public String getRevision() { return revision; }
+    /**
+     * Sets the revision.
+     *
+     * @param v the revision
+     */
+    public void setRevision(String v) { revision = v; }
+    /**
+     * Returns the cache directory.
+     *
+     * @return the cache directory
+     */
+    public Path getCacheDir() { return cacheDir; }
+    /**
+     * Sets the cache directory.
+     *
+     * @param v the cache directory
+     */
+    public void setCacheDir(Path v) { cacheDir = v; }
+    /**
+     * Returns the hub endpoint.
+     *
+     * @return the hub endpoint
+     */
+    public String getHubEndpoint() { return hubEndpoint; }
+    /**
+     * Sets the hub endpoint.
+     *
+     * @param v the hub endpoint
+     */
+    public void setHubEndpoint(String v) { hubEndpoint = v; }
+    /**
+     * Returns the hub token.
+     *
+     * @return the hub token
+     */
+    public String getToken() { return token; }
+    /**
+     * Sets the hub token.
+     *
+     * @param v the hub token
+     */
+    public void setToken(String v) { token = v; }
+    /**
+     * Returns whether only the cache is used.
+     *
+     * @return whether only the cache is used
+     */
+    public boolean isOffline() { return offline; }
+    /**
+     * Sets whether only the cache is used.
+     *
+     * @param v whether only the cache is used
+     */
+    public void setOffline(boolean v) { offline = v; }
+    /**
+     * Returns n_parallel.
+     *
+     * @return n_parallel
+     */
+    public int getParallel() { return parallel; }
+    /**
+     * Sets n_parallel.
+     *
+     * @param v n_parallel
+     */
+    public void setParallel(int v) { parallel = v; }
+    /**
+     * Returns max_queue.
+     *
+     * @return max_queue
+     */
+    public Integer getMaxQueue() { return maxQueue; }
+    /**
+     * Sets max_queue.
+     *
+     * @param v max_queue
+     */
+    public void setMaxQueue(Integer v) { maxQueue = v; }
+    /**
+     * Returns n_ctx.
+     *
+     * @return n_ctx
+     */
+    public Integer getContextSize() { return contextSize; }
+    /**
+     * Sets n_ctx.
+     *
+     * @param v n_ctx
+     */
+    public void setContextSize(Integer v) { contextSize = v; }
+    /**
+     * Returns n_threads.
+     *
+     * @return n_threads
+     */
+    public Integer getThreads() { return threads; }
+    /**
+     * Sets n_threads.
+     *
+     * @param v n_threads
+     */
+    public void setThreads(Integer v) { threads = v; }
+    /**
+     * Returns n_batch.
+     *
+     * @return n_batch
+     */
+    public Integer getBatchSize() { return batchSize; }
+    /**
+     * Sets n_batch.
+     *
+     * @param v n_batch
+     */
+    public void setBatchSize(Integer v) { batchSize = v; }
+    /**
+     * Returns n_gpu_layers.
+     *
+     * @return n_gpu_layers
+     */
+    public Integer getGpuLayers() { return gpuLayers; }
+    /**
+     * Sets n_gpu_layers.
+     *
+     * @param v n_gpu_layers
+     */
+    public void setGpuLayers(Integer v) { gpuLayers = v; }
+    /**
+     * Returns the default request options.
+     *
+     * @return the default request options
+     */
+    public Options getOptions() { return options; }
+}
