@@ -53,6 +53,8 @@ pub struct FixtureOptions {
     pub vocab_only: bool,
     pub size: Size,
     pub seed: u64,
+    /// `llama.context_length`: the context the model says it was trained for (n_ctx's ceiling).
+    pub context_length: u32,
 }
 
 impl FixtureOptions {
@@ -64,6 +66,7 @@ impl FixtureOptions {
             vocab_only: false,
             size: Size::Tiny,
             seed: 42,
+            context_length: 8192,
         }
     }
 }
@@ -171,7 +174,7 @@ pub fn write_fixture(opts: &FixtureOptions, out: &Path) -> Result<u64> {
         ("general.name".into(), GgufValue::str(&format!("llb fixture ({vocab_name})"))),
         ("general.alignment".into(), GgufValue::u32(gguf::ALIGNMENT as u32)),
         ("general.file_type".into(), GgufValue::u32(1)),
-        ("llama.context_length".into(), GgufValue::u32(8192)),
+        ("llama.context_length".into(), GgufValue::u32(opts.context_length)),
         ("llama.embedding_length".into(), GgufValue::u32(s.n_embd as u32)),
         ("llama.block_count".into(), GgufValue::u32(s.n_layer as u32)),
         ("llama.feed_forward_length".into(), GgufValue::u32(s.n_ff as u32)),

@@ -341,3 +341,113 @@ fn an_uncompilable_schema_is_invalid_argument_naming_tool_and_keyword() {
         }
     }
 }
+
+/// 300 distinct real tools of the corpus: over 200 KB of schema JSON.
+fn three_hundred_tools() -> Vec<Value> {
+    let mut seen = std::collections::HashSet::new();
+    let tools: Vec<Value> =
+        corpus().into_iter().filter(|t| seen.insert(t["function"]["name"].to_string())).take(300).collect();
+    let kb = serde_json::to_string(&tools).unwrap().len() / 1024;
+    assert!(tools.len() == 300 && kb >= 200, "{} tools, {kb} KB", tools.len());
+    tools
+}
+
+/// Checks one call against the schema of the tool it names; a documented gap of the family is
+/// printed, not failed.
+fn check_call(family: &str, tools: &[Value], r: &Value) {
+    let name = r["choices"][0]["message"]["tool_calls"][0]["function"]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{family}: no call: {r:.600}"));
+    let tool = tools.iter().find(|t| t["function"]["name"] == name).unwrap_or_else(|| panic!("{family}: unknown {name}"));
+    let gap = match family {
+        RAW_TEXT => raw_text_gap(tool),
+        GEMMA4 => pattern_gap(&tool["function"]["parameters"]),
+        _ => None,
+    };
+    match judge(tool, r, name) {
+        Ok(true) => {}
+        Err(e) if gap.is_some() => eprintln!("GAP {family} {name}: {e:.300} ({})", gap.unwrap()),
+        other => panic!("{family}: {name}: {other:?}"),
+    }
+}
+
+/// 300 tools (over 200 KB of schema JSON) in one `required` request, in every family: the grammar
+/// over all of them builds on the engine (llama-server's fails past ~100 KB), and a walk through
+/// it that picks uniformly among the allowed tokens (a model that disagrees with the grammar at
+/// every step; the end as soon as it is allowed) is one call that the family's parser reads and
+/// that validates against the chosen tool's schema. Without a model: the 110k-token prompt would
+/// take minutes per family on a CPU (the test below does that, outside CI).
+#[test]
+fn three_hundred_tools_walk_to_a_valid_strict_call_in_every_family() {
+    let tools = three_hundred_tools();
+    for (fi, (family, template)) in FAMILIES.into_iter().enumerate() {
+        let config: llb::request::EngineConfig =
+            serde_json::from_value(json!({"model_path": corpus_fixture(template, false), "n_ctx": 512, "n_threads": 1}))
+                .unwrap();
+        let e = llb::engine::Engine::create(config, None).unwrap();
+        let p = e.prompter();
+        let req: llb::request::ChatRequest = serde_json::from_value(json!({
+            "messages": [{"role": "user", "content": "Use one of the tools."}], "tools": tools,
+            "tool_choice": "required", "parallel_tool_calls": false, "chat_template_kwargs": {"enable_thinking": false},
+        }))
+        .unwrap();
+        let started = Instant::now();
+        let plan = p.plan(&req).unwrap_or_else(|e| panic!("{family}: {e:?}"));
+        let mut g = p.grammar(plan.grammar.as_ref().expect("a strict grammar")).unwrap();
+        let built = started.elapsed();
+        assert!(matches!(g, llb::grammar::Grammar::Engine(_)), "{family}: the grammar fell back to GBNF");
+        for t in plan.grammar_prefill.as_deref().map(|pre| p.exact_tokens(pre).unwrap()).unwrap_or_default() {
+            g.prefill(t, &p.piece(t, true)).unwrap();
+        }
+        let n_vocab = unsafe { llb::sys::llama_vocab_n_tokens(p.vocab()) } as usize;
+        let logits = vec![0.0f32; n_vocab];
+        let mut rng = 0x9e3779b97f4a7c15u64 ^ fi as u64;
+        let mut text = Vec::new();
+        for step in 0.. {
+            assert!(step < 4000, "{family}: no end after 4000 tokens: {}", String::from_utf8_lossy(&text));
+            let allowed = g.allowed_candidates(&logits).unwrap().expect("the engine lists candidates");
+            let eog = allowed.iter().find(|t| unsafe { llb::sys::llama_vocab_is_eog(p.vocab(), t.id) });
+            if let Some(_end) = eog {
+                break;
+            }
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let t = allowed[(rng >> 33) as usize % allowed.len()].id;
+            let piece = p.piece(t, true);
+            assert!(g.accept(t, &piece).unwrap().is_none(), "{family}: token refused after the mask allowed it");
+            text.extend_from_slice(&piece);
+        }
+        let text = String::from_utf8(text).unwrap_or_else(|e| panic!("{family}: not UTF-8: {e}"));
+        let msg = plan.parser.parse(&text, false).unwrap_or_else(|e| panic!("{family}: {e:?}: {text:.600}"));
+        assert_eq!(msg.tool_calls.len(), 1, "{family}: {text:.600}");
+        let c = &msg.tool_calls[0];
+        let r = json!({"choices": [{"finish_reason": "tool_calls",
+            "message": {"tool_calls": [{"function": {"name": c.name, "arguments": c.arguments}}]}}]});
+        check_call(family, &tools, &r);
+        eprintln!("{family}: {} valid; grammar built in {:.0} ms, {} bytes", c.name, built.as_secs_f64() * 1e3, text.len());
+    }
+}
+
+/// The same 300 tools through a real request (prompt of ~110k tokens on the fixture, minutes per
+/// family on a CPU): `scripts/tool-corpus.sh` runs it; CI runs the walk above.
+#[test]
+#[ignore]
+fn three_hundred_tools_yield_a_valid_strict_call_in_every_family() {
+    let tools = three_hundred_tools();
+    for (family, template) in FAMILIES {
+        let started = Instant::now();
+        let mut o = llb::fixture::FixtureOptions::new(vocab_for(template));
+        o.template = Some(llb::fixture::read_template(template).unwrap());
+        o.context_length = 262144;
+        let path = fixture_with(&format!("{template}-tiny-256k"), &o);
+        let engine = CEngine::open(&json!({"model_path": path, "n_ctx": 262144, "n_threads": 2}))
+            .unwrap_or_else(|e| panic!("create failed: {e}"));
+        let req = json!({
+            "messages": [{"role": "user", "content": "Use one of the tools."}],
+            "tools": tools, "tool_choice": "required", "parallel_tool_calls": false,
+            "max_tokens": 768, "seed": 11, "chat_template_kwargs": {"enable_thinking": false},
+        });
+        let r = engine.infer(&req);
+        check_call(family, &tools, &r);
+        eprintln!("{family}: valid; prompt {} tokens, {:.1} s", r["usage"]["prompt_tokens"], started.elapsed().as_secs_f64());
+    }
+}
