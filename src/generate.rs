@@ -327,7 +327,10 @@ impl Run<'_> {
     /// Partial parses (for streaming, and to stop at a second call when only one is allowed)
     /// run when the text grew by 1/16: linear in the output length overall.
     fn partial(&self, plan: &Plan, resp: &Responder, out: &mut Output, stream: bool) -> Option<Finish> {
-        if !stream && !plan.single_call {
+        // Parsed while generating to stream deltas, and to cut a second call where only one is
+        // allowed and the grammar does not see to that itself (a parse's cost grows with the
+        // number of tools: milliseconds at 128).
+        if !stream && (!plan.single_call || plan.one_call_by_grammar) {
             return None;
         }
         let visible = visible_len(&out.bytes, &plan.stops);

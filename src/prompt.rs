@@ -30,6 +30,10 @@ pub struct Plan {
     pub single_call: bool,
     /// The grammar is llb's strict tool-call grammar (required or named choice).
     pub strict: bool,
+    /// The grammar itself admits one call only (llb's strict grammar with `single_call`, where
+    /// the template's section is a bare repetition of calls): no need to parse the output
+    /// while generating to catch a second call.
+    pub one_call_by_grammar: bool,
     /// How this template writes calls, for deterministic call syntax (None: no tool calls, or
     /// a grammar whose call format llb does not recognise).
     pub call_syntax: Option<CallSyntax>,
@@ -256,6 +260,8 @@ impl Prompter {
                 s
             })
         });
+        let one_call_by_grammar =
+            r.strict && r.grammar.as_ref().is_some_and(|g| g.gbnf.lines().any(|l| l == ONE_CALL_RULE));
         Ok(Plan {
             prompt: r.prompt,
             parser,
@@ -266,6 +272,7 @@ impl Prompter {
             parse_tool_calls: choice != Choice::None,
             single_call: choice != Choice::None && !self.parallel(req),
             strict: r.strict,
+            one_call_by_grammar,
             call_syntax,
         })
     }
@@ -422,6 +429,10 @@ impl Prompter {
     }
 }
 
+/// The strict grammar's section when one call is allowed and the template's section is a bare
+/// repetition of calls.
+const ONE_CALL_RULE: &str = "llb-tool-section ::= tool-call";
+
 /// Builds the strict grammar for `required` and named choices: the tool-call section from the
 /// first output token, preceded only by the template's reasoning block when thinking is on.
 fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bool) -> String {
@@ -439,7 +450,7 @@ fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bo
         .filter(|l| !l.trim().is_empty())
         .map(|l| match l.strip_prefix("root ::= ") {
             Some(body) if single_call && bare_repetition && body.split(" | ").any(|n| n == "tool-call") => {
-                "llb-tool-section ::= tool-call".to_string()
+                ONE_CALL_RULE.to_string()
             }
             Some(body) => format!("llb-tool-section ::= {body}"),
             None => l.to_string(),
