@@ -97,6 +97,9 @@ struct FixtureArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// The context the model says it was trained for (`llama.context_length`: n_ctx's ceiling)
+    #[arg(long, default_value_t = 8192)]
+    context_length: u32,
     #[arg(long)]
     out: PathBuf,
 }
@@ -221,6 +224,7 @@ fn fixture(a: FixtureArgs) -> Result<Value, Error> {
     opts.vocab_only = a.vocab_only;
     opts.size = a.size.parse::<Size>()?;
     opts.seed = a.seed;
+    opts.context_length = a.context_length;
     let bytes = fixture::write_fixture(&opts, &a.out)?;
     Ok(serde_json::json!({"type": "fixture", "path": a.out, "tensor_bytes": bytes}))
 }
