@@ -589,6 +589,16 @@ fn final_message(plan: &Plan, out: &mut Output, finish: Finish) -> ParsedMsg {
         Ok(m)
     });
     let msg = match parsed {
+        // The parser placed none of a non-blank output (a call cut before its name was whole,
+        // or text it holds back as a possible call): the text is kept as content, never dropped.
+        Ok(m) if m.tool_calls.is_empty()
+            && m.content.trim().is_empty()
+            && m.reasoning_content.trim().is_empty()
+            && !text.trim().is_empty() =>
+        {
+            out.warnings.push(json!({"code": "unparsed_text_kept", "message": "the template's parser placed none of the output (a call cut before its name was complete, or text held back as a possible call): it is returned as content"}));
+            ParsedMsg { content: text, ..Default::default() }
+        }
         Ok(m) => m,
         Err(e) => {
             out.warnings.push(json!({"code": "tool_call_parse_failed", "message": format!("the output did not parse as this template's format: {}", e.message)}));

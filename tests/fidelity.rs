@@ -184,7 +184,7 @@ fn the_duplicate_detecting_reader_finds_duplicates() {
 
 /// What is wrong with one reply (None: nothing). `cut` counts replies ended by `max_tokens`.
 fn check_reply(c: &Case, r: &Value, chunks: &[Value]) -> Option<String> {
-    if r.get("error").is_some() {
+    if r["type"] == "error" {
         return Some(format!("error: {r}"));
     }
     let choice = &r["choices"][0];
@@ -226,11 +226,24 @@ fn check_reply(c: &Case, r: &Value, chunks: &[Value]) -> Option<String> {
             return Some(format!("{name} arguments {args}: {e}"));
         }
         let Some(schema) = schemas.get(name) else { return Some(format!("unknown tool {name}")) };
-        let v: Value = serde_json::from_str(args).unwrap();
-        // A call cut by max_tokens keeps what was written: its required members may be missing.
+        let mut v: Value = serde_json::from_str(args).unwrap();
         let mut schema = schema.clone();
-        if finish == "length" {
+        let cut = r["warnings"].as_array().into_iter().flatten().any(|w| w["code"] == "tool_call_incomplete");
+        if cut {
+            // A call cut by max_tokens keeps what was written: required members may be missing,
+            // and the last value may be cut short (a string closed where it stopped). Its key
+            // must still be a property; every other value must validate.
+            if finish != "length" && finish != "cancelled" {
+                return Some(format!("tool_call_incomplete with finish {finish}"));
+            }
             schema.as_object_mut().unwrap().remove("required");
+            let Some(obj) = v.as_object_mut() else { return Some(format!("{name} arguments {args}: not an object")) };
+            if let Some(last) = obj.keys().last().cloned() {
+                if schema["properties"].get(&last).is_none() {
+                    return Some(format!("{name} arguments {args}: unknown key {last}"));
+                }
+                obj.remove(&last);
+            }
         }
         let validator = jsonschema::validator_for(&schema).unwrap();
         let first = validator.iter_errors(&v).next().map(|e| e.to_string());
@@ -326,7 +339,7 @@ fn run_cases(family: &str, template: &str, cases: &[Case], tally: &mut Tally) {
         next["max_tokens"] = json!(4);
         next["stream"] = json!(false);
         let back = e.infer(&next);
-        if back.get("error").is_some() {
+        if back["type"] == "error" || !back["choices"].is_array() {
             tally.failures.push(format!("{label}: the reply was refused as history: {back}"));
         }
     }
@@ -422,4 +435,91 @@ fn six_turn_required_agent_loops_run_to_the_end_in_every_family() {
     }
     println!("agent loops:\n{}", report.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A call cut by `max_tokens` comes back as a call with arguments closed into valid JSON, a
+/// `tool_call_incomplete` warning and `finish_reason: "length"`, streamed deltas that add up to
+/// it, and is accepted back as history as it was returned.
+#[test]
+fn calls_cut_by_max_tokens_are_closed_json_and_come_back() {
+    let mut cut_calls = 0;
+    for (family, template) in [("Qwen3-Coder (xml)", "Qwen3-Coder"), ("Qwen2.5 (json in tags)", "Qwen-Qwen2.5-7B-Instruct")] {
+        let e = CEngine::open_model(&corpus_fixture(template, false));
+        // From the first length that can hold a tool name (with fewer, no call can begin).
+        for max_tokens in 10..=30 {
+            let c = Case { choice: "required", stream: true, parallel: false, thinking: false, seed: 3 };
+            let mut req = request(&c, &first_messages());
+            req["max_tokens"] = json!(max_tokens);
+            e.events.clear();
+            let r = e.infer(&req);
+            let label = format!("{family} max_tokens {max_tokens}");
+            let kept = r["warnings"].as_array().into_iter().flatten().any(|w| w["code"] == "unparsed_text_kept");
+            if kept {
+                // Cut before the call's name was whole: no call can be returned, the text is
+                // kept as content (never dropped), and the stream carried the same text.
+                let content = r["choices"][0]["message"]["content"].as_str().unwrap_or("");
+                assert!(!content.trim().is_empty(), "{label}: {r}");
+                assert_eq!(accumulate(&e.events.chunks())["content"], r["choices"][0]["message"]["content"], "{label}");
+            } else {
+                let why = check_reply(&c, &r, &e.events.chunks());
+                assert!(why.is_none(), "{label}: {why:?}: {r}");
+            }
+            let incomplete = r["warnings"].as_array().into_iter().flatten().any(|w| w["code"] == "tool_call_incomplete");
+            if incomplete {
+                cut_calls += 1;
+                assert_eq!(r["choices"][0]["finish_reason"], "length", "{label}: {r}");
+            }
+            let mut next = request(&c, &with_reply(&first_messages(), &r));
+            next["max_tokens"] = json!(4);
+            let back = e.infer(&next);
+            assert!(back["type"] != "error" && back["choices"].is_array(), "{label}: the reply was refused as history: {back}");
+        }
+    }
+    assert!(cut_calls >= 4, "only {cut_calls} replies were cut inside a call: the test does not test");
+}
+
+/// The reasoning budget: past it the end-of-thinking tag is forced and the reply goes on; 0
+/// turns thinking off; under `required` the default budget leaves room for the call.
+#[test]
+fn the_reasoning_budget_ends_thinking_and_leaves_room_for_the_call() {
+    // Qwen3.5 opens the block in the generation prompt: random weights never close it.
+    let e = CEngine::open_model(&corpus_fixture("Qwen3.5-4B", false));
+    let ask = |extra: Value| {
+        let mut r = json!({"messages": first_messages(), "tools": tools(), "tool_choice": "auto",
+            "temperature": 1.0, "seed": 5, "max_tokens": 64});
+        for (k, v) in extra.as_object().unwrap() {
+            r[k] = v.clone();
+        }
+        let resp = e.infer(&r);
+        assert!(resp["choices"].is_array(), "{resp}");
+        resp
+    };
+    let text = |r: &Value, k: &str| r["choices"][0]["message"][k].as_str().unwrap_or("").to_string();
+    // Unlimited: random weights never close the block, every token is reasoning.
+    let unlimited = ask(json!({"reasoning_budget": -1}));
+    assert!(!text(&unlimited, "reasoning_content").is_empty(), "{unlimited}");
+    assert!(text(&unlimited, "content").is_empty() && unlimited["choices"][0]["message"]["tool_calls"].is_null(), "{unlimited}");
+    // A budget of 8: the block ends, and the reply goes on after it.
+    let bounded = ask(json!({"reasoning_budget": 8}));
+    let after = !text(&bounded, "content").is_empty() || bounded["choices"][0]["message"]["tool_calls"].is_array();
+    assert!(after, "nothing after the forced end of thinking: {bounded}");
+    assert!(text(&bounded, "reasoning_content").len() < text(&unlimited, "reasoning_content").len(), "{bounded}");
+    // reasoning_effort low/medium/high map to budgets too; "none" turns thinking off, as does 0.
+    for off in [json!({"reasoning_budget": 0}), json!({"reasoning_effort": "none"})] {
+        let r = ask(off.clone());
+        assert!(text(&r, "reasoning_content").is_empty(), "{off}: {r}");
+    }
+    // required: the default budget is half of max_tokens, so a call comes even when the model
+    // would think for ever.
+    for max_tokens in [48, 96] {
+        let r = ask(json!({"tool_choice": "required", "max_tokens": max_tokens}));
+        assert!(r["choices"][0]["message"]["tool_calls"].is_array(), "max_tokens {max_tokens}: no call: {r}");
+    }
+    // Out of range.
+    let mut bad = json!({"messages": first_messages(), "reasoning_budget": -2});
+    let r = e.infer(&bad);
+    assert_eq!(r["code"], "invalid_argument", "{r}");
+    assert!(r["message"].as_str().unwrap().contains("reasoning_budget"), "{r}");
+    bad["reasoning_budget"] = json!("many");
+    assert_eq!(e.infer(&bad)["code"], "invalid_argument");
 }
