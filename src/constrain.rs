@@ -652,6 +652,46 @@ pub fn at_most_once(grammar: &str, tools: &[Tool]) -> String {
     out
 }
 
+/// A model-written call id inside a JSON envelope (`"id": ...`, Mistral's format) is 9 ASCII
+/// alphanumerics: llama.cpp's grammar admits any JSON string or number there, Mistral's
+/// templates refuse any other id when the reply comes back as history, and a sampling model
+/// wrote free text (`"id":" accompanied Char дека…"`). llb issues its own ids in the response
+/// either way (docs/design.md, "Tool-call ids"). The id is made mandatory where it was optional.
+pub fn mistral_call_ids(body: &str) -> String {
+    const KEY: &str = r#""\"id\"" space ":" space ("#;
+    let Some(at) = body.find(KEY) else { return body.to_string() };
+    let open = at + KEY.len() - 1;
+    let b = body.as_bytes();
+    let mut depth = 0;
+    let mut j = open;
+    while j < b.len() {
+        match b[j] {
+            b'"' => {
+                j = skip_quoted(b, j, b'"');
+                continue;
+            }
+            b'[' => {
+                j = skip_quoted(b, j, b']');
+                continue;
+            }
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    // The id is written always: llama.cpp's envelope has the comma before it
+                    // outside the optional group, so a call without one ended `,}`.
+                    let rest = &body[j + 1..];
+                    let rest = rest.strip_prefix(")?").map(|r| format!("){r}")).unwrap_or_else(|| rest.to_string());
+                    return format!(r#"{}"\"" [a-zA-Z0-9]{{9}} "\""{rest}"#, &body[..open]);
+                }
+            }
+            _ => {}
+        }
+        j += 1;
+    }
+    body.to_string()
+}
+
 /// JSON strings hold no raw control characters: llama.cpp's PEG string content is
 /// `[^"\\]`, which admits U+0000-U+001F that every JSON reader (the templates' parsers
 /// included) refuses, so a grammar-conforming call could fail to parse. Rewritten to the class
@@ -688,6 +728,9 @@ fn schema_shaped_args(rules: &mut Vec<(String, String)>, tools: &[Tool]) {
             *b = optional_args_once(b);
         }
         *b = json_strings_without_controls(b);
+        if b.contains(r#""\"id\"""#) {
+            *b = mistral_call_ids(b);
+        }
     }
     rules.extend(extra);
 }
@@ -1033,6 +1076,17 @@ mod tests {
         assert!(out.contains(r#"[^"\\\x7F\x00-\x1F]"#), "{out}");
         assert!(!out.contains(r#"[^"\\]"#));
         assert_eq!(json_strings_without_controls(r#"[^"]"#), r#"[^"]"#);
+    }
+
+    #[test]
+    fn model_written_call_ids_are_nine_alphanumerics() {
+        // Mistral-Nemo's envelope at the pin (strict grammar, repetitions bounded).
+        let body = r#""{" space "\"name\"" space ":" space ("\"" "f" "\"") space "," space ("\"id\"" space ":" space ("\"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) ){0,64} "\"" | json-number))? space "}""#;
+        assert_eq!(
+            mistral_call_ids(body),
+            r#""{" space "\"name\"" space ":" space ("\"" "f" "\"") space "," space ("\"id\"" space ":" space "\"" [a-zA-Z0-9]{9} "\"") space "}""#
+        );
+        assert_eq!(mistral_call_ids(r#""\"name\"" space"#), r#""\"name\"" space"#);
     }
 
     #[test]
