@@ -652,15 +652,16 @@ pub fn at_most_once(grammar: &str, tools: &[Tool]) -> String {
     out
 }
 
-/// A model-written call id inside a JSON envelope (`"id": ...`, Mistral's format) is 9 ASCII
-/// alphanumerics: llama.cpp's grammar admits any JSON string or number there, Mistral's
-/// templates refuse any other id when the reply comes back as history, and a sampling model
-/// wrote free text (`"id":" accompanied Char дека…"`). llb issues its own ids in the response
+/// A model-written call id inside a JSON envelope (`"id": ...`, Mistral's format;
+/// `"tool_call_id": ...`, Command-R7B's) is 9 ASCII alphanumerics: llama.cpp's grammar admits
+/// any JSON string or number there, Mistral's templates refuse any other id when the reply
+/// comes back as history, and a sampling model wrote free text (`"id":" accompanied Char
+/// дека…"`) or a number of 200 digits until `max_tokens` (`"tool_call_id":-5555…`). llb issues its own ids in the response
 /// either way (docs/design.md, "Tool-call ids"). The id is made mandatory where it was optional.
 pub fn mistral_call_ids(body: &str) -> String {
-    const KEY: &str = r#""\"id\"" space ":" space ("#;
-    let Some(at) = body.find(KEY) else { return body.to_string() };
-    let open = at + KEY.len() - 1;
+    let keys = [r#""\"id\"" space ":" space ("#, r#""\"tool_call_id\"" space ":" space ("#];
+    let Some((at, key)) = keys.iter().find_map(|k| body.find(k).map(|at| (at, *k))) else { return body.to_string() };
+    let open = at + key.len() - 1;
     let b = body.as_bytes();
     let mut depth = 0;
     let mut j = open;
@@ -728,7 +729,7 @@ fn schema_shaped_args(rules: &mut Vec<(String, String)>, tools: &[Tool]) {
             *b = optional_args_once(b);
         }
         *b = json_strings_without_controls(b);
-        if b.contains(r#""\"id\"""#) {
+        if b.contains(r#"id\"""#) {
             *b = mistral_call_ids(b);
         }
     }
@@ -1087,6 +1088,11 @@ mod tests {
             r#""{" space "\"name\"" space ":" space ("\"" "f" "\"") space "," space ("\"id\"" space ":" space "\"" [a-zA-Z0-9]{9} "\"") space "}""#
         );
         assert_eq!(mistral_call_ids(r#""\"name\"" space"#), r#""\"name\"" space"#);
+        let cohere = r#""{" space ("\"tool_call_id\"" space ":" space ("\"" x "\"" | json-number))? space "," space "}""#;
+        assert_eq!(
+            mistral_call_ids(cohere),
+            r#""{" space ("\"tool_call_id\"" space ":" space "\"" [a-zA-Z0-9]{9} "\"") space "," space "}""#
+        );
     }
 
     #[test]

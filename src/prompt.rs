@@ -510,7 +510,10 @@ fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bo
         })
         .collect();
     let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
-    let ws = "llb-ws ::= [ \\t\\n]{0,8}";
+    // Nothing between the end of the reasoning block and the call: some parsers take no
+    // whitespace there (Command-R7B's refused `<|END_THINKING|> \n\n<|START_ACTION|>`, issue 24),
+    // and every parser takes none.
+    let ws = "llb-ws ::= \"\"";
     let opened = reasoning_opened(p);
     let root = if opened && !thinking {
         // The prompt opened a reasoning block but thinking is off: close it at once.

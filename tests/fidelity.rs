@@ -345,6 +345,12 @@ fn run_cases(family: &str, template: &str, cases: &[Case], tally: &mut Tally) {
     }
 }
 
+/// The families to run: all, or those whose template name contains `LLB_FIDELITY_FAMILY`.
+fn families() -> Vec<(&'static str, &'static str)> {
+    let only = std::env::var("LLB_FIDELITY_FAMILY").unwrap_or_default();
+    FIDELITY_FAMILIES.iter().copied().filter(|(_, t)| t.contains(only.as_str())).collect()
+}
+
 /// `LLB_FIDELITY_SAMPLE`: `full` (every case of every family), or the number of requests of
 /// the CI sample (default 40), spread over the families and the matrix.
 fn sample() -> Option<usize> {
@@ -363,7 +369,7 @@ fn sampled_replies_are_calls_that_parse_validate_stream_and_come_back() {
     let mut report = Vec::new();
     let mut failures = Vec::new();
     let mut total = 0;
-    for (fi, (family, template)) in FIDELITY_FAMILIES.iter().enumerate() {
+    for (fi, (family, template)) in families().iter().enumerate() {
         let cases: Vec<Case> = match sample() {
             None => all.clone(),
             Some(n) => {
@@ -400,7 +406,7 @@ fn sampled_replies_are_calls_that_parse_validate_stream_and_come_back() {
 #[test]
 fn six_turn_required_agent_loops_run_to_the_end_in_every_family() {
     let families: Vec<(&str, &str)> = match sample() {
-        None => FIDELITY_FAMILIES.to_vec(),
+        None => families(),
         // CI: the thinking and XML families the issue saw fail, and one JSON family.
         Some(_) => FIDELITY_FAMILIES
             .iter()
