@@ -559,9 +559,19 @@ fn continue_recv(ticket: &Ticket) -> Result<Vec<f32>> {
 /// JSON object (llama.cpp's lenient parser returns such calls from replies cut short), comes
 /// back as raw content with a `tool_call_parse_failed` warning.
 fn final_message(plan: &Plan, out: &mut Output, finish: Finish) -> ParsedMsg {
-    let text = String::from_utf8_lossy(&out.bytes).into_owned();
-    let partial = out.dropped_calls || matches!(finish, Finish::Length | Finish::Cancelled);
     let cut = matches!(finish, Finish::Length | Finish::Cancelled);
+    // A reply cut inside a character (a multi-byte marker such as DeepSeek-V3.2's `｜`) ends
+    // at the last whole character: a U+FFFD there made the partial parser place nothing.
+    let mut bytes = &out.bytes[..];
+    if cut {
+        if let Err(e) = std::str::from_utf8(bytes) {
+            if e.error_len().is_none() {
+                bytes = &bytes[..e.valid_up_to()];
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    let partial = out.dropped_calls || cut;
     let parsed = plan.parser.parse(&text, partial).and_then(|mut m| {
         for c in &mut m.tool_calls {
             if serde_json::from_str::<Value>(&c.arguments).is_ok_and(|v| v.is_object()) {
