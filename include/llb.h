@@ -135,6 +135,10 @@ void llb_string_free(char *s);
  * `"jump_forward": false` turns off jump-forward decoding (on by default: text a strict grammar
  * forces is evaluated in one batch instead of sampled token by token); a request's own field of
  * that name overrides it.
+ * `"reasoning_budget": N` is the default reasoning budget in tokens (-1 unlimited, 0 thinking
+ * off where the template allows; as llama-server's `--reasoning-budget`): past it the template's
+ * end-of-thinking tag is forced and the reply goes on. A request's own field overrides it;
+ * without either, `tool_choice` required/named gets half the reply's room (docs/tool-calls.md).
  *
  * Devices and memory (all optional; docs/scaling.md): `n_gpu_layers` (default: every layer
  * when a GPU device exists, else 0; -1 = all), `main_gpu`, `split_mode` (`none`|`layer`|`row`),
@@ -185,6 +189,11 @@ llb_chat *llb_chat_create(const char *config_json, llb_event_fn on_event, void *
  * prompt batch and every 16 generated tokens); returning non-zero from any event cancels:
  * the call returns the partial completion with `finish_reason:"cancelled"` and the engine
  * stays usable.
+ *
+ * llb's request fields beyond OpenAI's: `reasoning_budget` (tokens, -1 unlimited, 0 no
+ * thinking; `reasoning_effort` maps none/minimal 0, low 1024, medium 4096, high unlimited),
+ * `deterministic_call_syntax`, `jump_forward`. A call cut by `max_tokens` comes back with its
+ * arguments closed into valid JSON and a `tool_call_incomplete` warning (docs/tool-calls.md).
  *
  * Errors: `invalid_argument` (NULL, unknown or wrong-typed field, named in the message),
  * `invalid_json`, `template_error`, `context_overflow`, `busy`, `internal`.

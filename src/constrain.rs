@@ -19,6 +19,12 @@
 //!   digits, 15 fraction digits and a 2-digit exponent; an integer at most 15 digits; and every
 //!   bounded number or integer is llb's own range grammar ([`number_expr`]), in every format.
 //!
+//! - optional arguments repeat: the raw-text XML formats list a tool's optional arguments as
+//!   `(space (tool-f-arg-a | tool-f-arg-b))*`, so `page` could be written twice, or until
+//!   `max_tokens` (issue 24). [`optional_args_once`] makes each optional argument appear at most
+//!   once, in schema order after the required ones. This rule also applies to the lazy grammar of
+//!   `tool_choice: "auto"` ([`at_most_once`]), the only rewrite that does.
+//!
 //! These rewrites act on the grammar text of the tool-call section only, by rule names that
 //! llama.cpp's builders generate (`tool-<fn>-arg-<prop>`, `tool-<fn>`, `gemma4-dict`), and on
 //! the schemas inside the parser arena the section grammar is built from ([`strict_section`]).
@@ -561,21 +567,148 @@ fn bound_repetitions(body: &str, groups: bool) -> String {
     out
 }
 
-/// Applies every rewrite to a tool-section grammar for these tools.
-pub fn constrain_section(grammar: &str, tools: &[Tool]) -> String {
-    let mut rules = parse_rules(grammar);
-    let exclusion: std::collections::HashSet<String> =
-        rules.iter().filter(|(_, b)| is_exclusion_rule(b)).map(|(n, _)| n.clone()).collect();
-    let mut extra: Vec<(String, String)> = Vec::new();
-    let index: HashMap<String, usize> = rules.iter().enumerate().map(|(i, (n, _))| (n.clone(), i)).collect();
+/// Each optional argument at most once, in every rule of a grammar: llama.cpp's
+/// `(space (tool-f-arg-a | tool-f-arg-b))*` (any number of optional arguments, in any order,
+/// repeats included) becomes `(space tool-f-arg-a)? (space tool-f-arg-b)?` (each at most once,
+/// in the order llama.cpp listed them: the schema's). Other groups are left as they are.
+pub fn optional_args_once(body: &str) -> String {
+    let mut out = String::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(at) = rest.find("(space (") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        match optional_group(tail) {
+            Some((names, len)) => {
+                let once: Vec<String> = names.iter().map(|n| format!("(space {n})?")).collect();
+                out.push_str(&once.join(" "));
+                rest = &tail[len..];
+            }
+            None => {
+                out.push_str("(space (");
+                rest = &tail["(space (".len()..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
 
+/// `(space (A | B | ...))` followed by `*`, `{0,}` or `{0,N}` at the start of `s`, where every
+/// alternative is an argument rule (`tool-<fn>-arg-<prop>`): the names and the group's length.
+fn optional_group(s: &str) -> Option<(Vec<&str>, usize)> {
+    let inner_start = "(space (".len();
+    let close = s[inner_start..].find("))")? + inner_start;
+    let names: Vec<&str> = s[inner_start..close].split(" | ").map(str::trim).collect();
+    let is_arg = |n: &&str| {
+        n.starts_with("tool-")
+            && n.contains("-arg-")
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    if names.is_empty() || !names.iter().all(is_arg) {
+        return None;
+    }
+    let after = &s[close + 2..];
+    let rep = if after.starts_with('*') {
+        1
+    } else if let Some(r) = after.strip_prefix("{0,") {
+        let end = r.find('}')?;
+        if !r[..end].chars().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        "{0,".len() + end + 1
+    } else {
+        return None;
+    };
+    Some((names, close + 2 + rep))
+}
+
+/// The rewrites that apply to every tool grammar, the lazy one of `tool_choice: "auto"`
+/// included: each optional argument at most once ([`optional_args_once`]) and, for Gemma 4,
+/// the tool's schema-shaped dict instead of the generic one (each key at most once).
+pub fn at_most_once(grammar: &str, tools: &[Tool]) -> String {
+    // Line by line, so any text that is not a `name ::= body` line is kept as it is.
+    let mut rules = parse_rules(grammar);
+    schema_shaped_args(&mut rules, tools);
+    let rewritten: HashMap<&str, &str> = rules.iter().map(|(n, b)| (n.as_str(), b.as_str())).collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut out = String::with_capacity(grammar.len());
+    for line in grammar.lines() {
+        match line.split_once(" ::= ").and_then(|(n, _)| rewritten.get_key_value(n.trim())) {
+            Some((n, b)) => {
+                seen.insert(*n);
+                out.push_str(&format!("{n} ::= {b}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    for (n, b) in &rules {
+        if !seen.contains(n.as_str()) {
+            out.push_str(&format!("{n} ::= {b}\n"));
+        }
+    }
+    out
+}
+
+/// A model-written call id inside a JSON envelope (`"id": ...`, Mistral's format;
+/// `"tool_call_id": ...`, Command-R7B's) is 9 ASCII alphanumerics: llama.cpp's grammar admits
+/// any JSON string or number there, Mistral's templates refuse any other id when the reply
+/// comes back as history, and a sampling model wrote free text (`"id":" accompanied Char
+/// дека…"`) or a number of 200 digits until `max_tokens` (`"tool_call_id":-5555…`). llb issues its own ids in the response
+/// either way (docs/design.md, "Tool-call ids"). The id is made mandatory where it was optional.
+pub fn mistral_call_ids(body: &str) -> String {
+    let keys = [r#""\"id\"" space ":" space ("#, r#""\"tool_call_id\"" space ":" space ("#];
+    let Some((at, key)) = keys.iter().find_map(|k| body.find(k).map(|at| (at, *k))) else { return body.to_string() };
+    let open = at + key.len() - 1;
+    let b = body.as_bytes();
+    let mut depth = 0;
+    let mut j = open;
+    while j < b.len() {
+        match b[j] {
+            b'"' => {
+                j = skip_quoted(b, j, b'"');
+                continue;
+            }
+            b'[' => {
+                j = skip_quoted(b, j, b']');
+                continue;
+            }
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    // The id is written always: llama.cpp's envelope has the comma before it
+                    // outside the optional group, so a call without one ended `,}`.
+                    let rest = &body[j + 1..];
+                    let rest = rest.strip_prefix(")?").map(|r| format!("){r}")).unwrap_or_else(|| rest.to_string());
+                    return format!(r#"{}"\"" [a-zA-Z0-9]{{9}} "\""{rest}"#, &body[..open]);
+                }
+            }
+            _ => {}
+        }
+        j += 1;
+    }
+    body.to_string()
+}
+
+/// JSON strings hold no raw control characters: llama.cpp's PEG string content is
+/// `[^"\\]`, which admits U+0000-U+001F that every JSON reader (the templates' parsers
+/// included) refuses, so a grammar-conforming call could fail to parse. Rewritten to the class
+/// llama.cpp's JSON-schema converter uses for its own strings.
+pub fn json_strings_without_controls(body: &str) -> String {
+    body.replace(r#"[^"\\]"#, r#"[^"\\\x7F\x00-\x1F]"#)
+}
+
+/// Gemma 4 dicts shaped by the schema, and optional raw-text arguments at most once.
+fn schema_shaped_args(rules: &mut Vec<(String, String)>, tools: &[Tool]) {
+    let index: HashMap<String, usize> = rules.iter().enumerate().map(|(i, (n, _))| (n.clone(), i)).collect();
+    let mut extra: Vec<(String, String)> = Vec::new();
     for tool in tools {
         let f = &tool.function;
         let fname = rule_name(&f.name);
         let params = f.parameters.clone().unwrap_or(Value::Null);
-        if let Some(props) = params.get("properties").and_then(Value::as_object) {
-            constrain_raw_text_args(&mut rules, &index, &exclusion, &fname, props);
-        }
         // Gemma 4: a schema-shaped dict instead of the generic one.
         if let Some(&i) = index.get(&format!("tool-{fname}")) {
             if rules[i].1.ends_with(" gemma4-dict") {
@@ -591,7 +724,34 @@ pub fn constrain_section(grammar: &str, tools: &[Tool]) -> String {
             }
         }
     }
+    for (_, b) in rules.iter_mut() {
+        if b.contains("(space (") {
+            *b = optional_args_once(b);
+        }
+        *b = json_strings_without_controls(b);
+        if b.contains(r#"id\"""#) {
+            *b = mistral_call_ids(b);
+        }
+    }
     rules.extend(extra);
+}
+
+/// Applies every rewrite to a tool-section grammar for these tools.
+pub fn constrain_section(grammar: &str, tools: &[Tool]) -> String {
+    let mut rules = parse_rules(grammar);
+    let exclusion: std::collections::HashSet<String> =
+        rules.iter().filter(|(_, b)| is_exclusion_rule(b)).map(|(n, _)| n.clone()).collect();
+    let index: HashMap<String, usize> = rules.iter().enumerate().map(|(i, (n, _))| (n.clone(), i)).collect();
+
+    for tool in tools {
+        let f = &tool.function;
+        let fname = rule_name(&f.name);
+        let params = f.parameters.clone().unwrap_or(Value::Null);
+        if let Some(props) = params.get("properties").and_then(Value::as_object) {
+            constrain_raw_text_args(&mut rules, &index, &exclusion, &fname, props);
+        }
+    }
+    schema_shaped_args(&mut rules, tools);
     // A call's envelope (`tool-<fn>`) holds no argument text: its free strings (an optional
     // model-written call id, say) are bounded too. llb issues its own call ids.
     let envelopes: std::collections::HashSet<String> =
@@ -888,6 +1048,51 @@ mod tests {
         assert_eq!(&body[a..b], r#"([^<] | "<" [^/] | "</" [^p])*"#);
         assert!(is_exclusion_rule(r#"([^<] | "<" [^/])*"#));
         assert!(!is_exclusion_rule(r#""a" ([^<])*"#));
+    }
+
+    #[test]
+    fn optional_arguments_appear_at_most_once_in_schema_order() {
+        // Qwen3-Coder at the pin: one required argument, one optional one that could repeat.
+        let body = r#""<function=search_docs>\n" tool-search-docs-arg-query (space (tool-search-docs-arg-page))* "</function>""#;
+        assert_eq!(
+            optional_args_once(body),
+            r#""<function=search_docs>\n" tool-search-docs-arg-query (space tool-search-docs-arg-page)? "</function>""#
+        );
+        // Several optional arguments, bounded repetition: each once, in the listed order.
+        let body = "tool-f-arg-a (space (tool-f-arg-b | tool-f-arg-c | tool-f-arg-d)){0,64} \"x\"";
+        assert_eq!(
+            optional_args_once(body),
+            "tool-f-arg-a (space tool-f-arg-b)? (space tool-f-arg-c)? (space tool-f-arg-d)? \"x\""
+        );
+        // Groups of anything else are left alone.
+        for other in ["(space (tool-call))*", "(space (tool-f-arg-a | \"x\"))*", "(space (tool-f-arg-a))+"] {
+            assert_eq!(optional_args_once(other), other);
+        }
+    }
+
+    #[test]
+    fn json_string_content_admits_no_control_characters() {
+        let body = r#""\"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"""#;
+        let out = json_strings_without_controls(body);
+        assert!(out.contains(r#"[^"\\\x7F\x00-\x1F]"#), "{out}");
+        assert!(!out.contains(r#"[^"\\]"#));
+        assert_eq!(json_strings_without_controls(r#"[^"]"#), r#"[^"]"#);
+    }
+
+    #[test]
+    fn model_written_call_ids_are_nine_alphanumerics() {
+        // Mistral-Nemo's envelope at the pin (strict grammar, repetitions bounded).
+        let body = r#""{" space "\"name\"" space ":" space ("\"" "f" "\"") space "," space ("\"id\"" space ":" space ("\"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) ){0,64} "\"" | json-number))? space "}""#;
+        assert_eq!(
+            mistral_call_ids(body),
+            r#""{" space "\"name\"" space ":" space ("\"" "f" "\"") space "," space ("\"id\"" space ":" space "\"" [a-zA-Z0-9]{9} "\"") space "}""#
+        );
+        assert_eq!(mistral_call_ids(r#""\"name\"" space"#), r#""\"name\"" space"#);
+        let cohere = r#""{" space ("\"tool_call_id\"" space ":" space ("\"" x "\"" | json-number))? space "," space "}""#;
+        assert_eq!(
+            mistral_call_ids(cohere),
+            r#""{" space ("\"tool_call_id\"" space ":" space "\"" [a-zA-Z0-9]{9} "\"") space "," space "}""#
+        );
     }
 
     #[test]

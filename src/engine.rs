@@ -93,6 +93,9 @@ fn validate(config: &EngineConfig, pool: bool) -> Result<()> {
     if config.n_ctx == Some(0) || config.n_batch == Some(0) {
         bail!(InvalidArgument, "n_ctx and n_batch must be positive");
     }
+    if config.reasoning_budget.is_some_and(|b| b < -1) {
+        bail!(InvalidArgument, "field `reasoning_budget`: must be -1 (unlimited), 0 (no thinking) or a number of tokens");
+    }
     if config.n_threads.is_some_and(|t| t <= 0) {
         bail!(InvalidArgument, "field `n_threads`: must be positive");
     }
@@ -156,7 +159,8 @@ impl Chat {
         )?;
         Ok(Chat {
             sched,
-            prompter: Prompter::new(model, templates, ins.probe, config.chat_template_kwargs.clone()),
+            prompter: Prompter::new(model, templates, ins.probe, config.chat_template_kwargs.clone())
+                .with_reasoning_budget(config.reasoning_budget),
             book: ReplyBook::new(n_slots * 2),
             model_name: path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
             seed: config.seed,

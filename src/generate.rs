@@ -173,6 +173,7 @@ impl Run<'_> {
         let mut syntax = self.call_syntax_tracker(req, plan);
         let jump = crate::jump::enabled(req, plan, self.jump_forward);
         let mut next_progress = PROGRESS_EVERY;
+        let mut budget = Budget::new(plan, room);
         loop {
             if out.gen_tokens.len() >= room {
                 return Ok(Finish::Length);
@@ -181,7 +182,13 @@ impl Run<'_> {
             // prompt's logits; later spans ride along with the sampled token before them.
             let mut step = Vec::new();
             let mut sampled = false;
-            if jump && out.n_sampled == 0 {
+            if let Some(b) = budget.as_mut() {
+                b.observe(&out.bytes, out.gen_tokens.len());
+                if b.due(&out.bytes, out.gen_tokens.len()) {
+                    step = self.force_end_of_thinking(b, &mut smpl, room - out.gen_tokens.len(), out)?;
+                }
+            }
+            if step.is_empty() && jump && out.n_sampled == 0 {
                 step = crate::jump::forced_tokens(&mut smpl, self.prompter, plan, room)?;
             }
             if step.is_empty() {
@@ -226,6 +233,34 @@ impl Run<'_> {
                 Msg::Admitted { .. } | Msg::Progress { .. } => continue_recv(ticket)?,
             };
         }
+    }
+
+    /// The reasoning budget ran out: the tokens of the template's end-of-thinking tag, accepted
+    /// by the sampler (and its grammar), at most `limit`. When the grammar refuses them the
+    /// budget gives up (a warning) and generation goes on as it was.
+    fn force_end_of_thinking(
+        &self,
+        b: &mut Budget,
+        smpl: &mut Sampler,
+        limit: usize,
+        out: &mut Output,
+    ) -> Result<Vec<sys::llama_token>> {
+        b.state = BudgetState::Done;
+        let toks = self.prompter.tokenize(&b.end)?;
+        let mut step = Vec::new();
+        for t in toks.into_iter().take(limit) {
+            if !smpl.grammar_allows(t)? {
+                break;
+            }
+            smpl.accept(t)?;
+            step.push(t);
+        }
+        if step.is_empty() {
+            out.warnings.push(json!({"code": "reasoning_budget_not_applied", "message": format!(
+                "the reasoning budget of {} tokens ran out, and the grammar did not admit the end-of-thinking tag {:?} there", b.limit, b.end)}));
+        }
+        out.n_forced += step.len();
+        Ok(step)
     }
 
     /// The step's token from `logits`, accepted by the sampler: the end of the turn when one call
@@ -340,7 +375,13 @@ impl Run<'_> {
         }
         out.last_parse_len = visible;
         let text = String::from_utf8_lossy(&out.bytes[..visible]);
-        let msg = plan.parser.parse(&text, true).ok()?;
+        let mut msg = plan.parser.parse(&text, true).ok()?;
+        // Arguments stream only as far as they are stable: a call cut later is closed from
+        // that prefix (src/partial_json.rs), so the deltas always add up to the completion.
+        for c in &mut msg.tool_calls {
+            let stable = crate::partial_json::stable_prefix(&c.arguments).len();
+            c.arguments.truncate(stable);
+        }
         if plan.single_call && msg.tool_calls.len() > 1 {
             out.dropped_calls = true;
             return Some(Finish::Stop);
@@ -432,6 +473,79 @@ impl Run<'_> {
     }
 }
 
+/// The reasoning budget of one reply (llama-server's `--reasoning-budget`, as llb runs it):
+/// tokens are counted from the template's start-of-thinking tag (or from the first token when
+/// the prompt opened the block); when `limit` of them have been generated and the end tag has
+/// not, the end tag is forced and generation goes on.
+pub(crate) struct Budget {
+    start: String,
+    end: String,
+    limit: usize,
+    state: BudgetState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BudgetState {
+    /// Waiting for the start tag (searched from this byte on).
+    Idle { from: usize },
+    /// Inside the block: it opened after this many tokens, at this byte.
+    Counting { tokens: usize, byte: usize },
+    Done,
+}
+
+impl Budget {
+    /// The budget that applies to this reply (docs/tool-calls.md, "Reasoning budget"): the
+    /// request's `reasoning_budget`, else the config's, else the one `reasoning_effort` stands
+    /// for; with `tool_choice` required or named, a budget not set explicitly is at most half of
+    /// the reply's room (`max_tokens`, or what the context has left), so the call fits. None:
+    /// unlimited, or a template without reasoning tags.
+    fn new(plan: &Plan, room: usize) -> Option<Budget> {
+        let r = plan.reasoning.as_ref()?;
+        let limit = match plan.budget_explicit {
+            Some(b) => usize::try_from(b).ok()?,
+            None => {
+                let effort = plan.budget_effort.and_then(|b| usize::try_from(b).ok());
+                match (plan.forced_call, effort) {
+                    (true, e) => e.unwrap_or(usize::MAX).min(room / 2),
+                    (false, e) => e?,
+                }
+            }
+        };
+        let state = if r.opened { BudgetState::Counting { tokens: 0, byte: 0 } } else { BudgetState::Idle { from: 0 } };
+        Some(Budget { start: r.start.clone(), end: r.end.clone(), limit, state })
+    }
+
+    /// Follows the output: the block opening, and closing by itself.
+    fn observe(&mut self, bytes: &[u8], n_tokens: usize) {
+        if let BudgetState::Idle { from } = self.state {
+            let at = from.saturating_sub(self.start.len());
+            match find(&bytes[at.min(bytes.len())..], self.start.as_bytes()) {
+                Some(p) => self.state = BudgetState::Counting { tokens: n_tokens, byte: at + p + self.start.len() },
+                None => self.state = BudgetState::Idle { from: bytes.len() },
+            }
+        }
+        if let BudgetState::Counting { byte, .. } = self.state {
+            if find(&bytes[byte.min(bytes.len())..], self.end.as_bytes()).is_some() {
+                self.state = BudgetState::Done;
+            }
+        }
+    }
+
+    /// Whether the end tag is forced now: the budget is spent, and the output does not end
+    /// inside a UTF-8 character.
+    fn due(&self, bytes: &[u8], n_tokens: usize) -> bool {
+        let BudgetState::Counting { tokens, .. } = self.state else { return false };
+        if n_tokens - tokens < self.limit {
+            return false;
+        }
+        // The last character's lead byte, and whether the character is complete (a few tokens
+        // of grace to complete one, as llama.cpp's WAITING_UTF8 state).
+        let lead = (bytes.len().saturating_sub(4)..bytes.len()).rev().find(|&i| bytes[i] & 0xC0 != 0x80);
+        let inside = lead.is_some_and(|i| matches!(std::str::from_utf8(&bytes[i..]), Err(e) if e.error_len().is_none()));
+        !inside || n_tokens - tokens >= self.limit + 4
+    }
+}
+
 /// After a rebuild of the sequence (it was parked for KV space) progress messages may come
 /// before the logits: skip them.
 fn continue_recv(ticket: &Ticket) -> Result<Vec<f32>> {
@@ -448,18 +562,56 @@ fn continue_recv(ticket: &Ticket) -> Result<Vec<f32>> {
 /// JSON object (llama.cpp's lenient parser returns such calls from replies cut short), comes
 /// back as raw content with a `tool_call_parse_failed` warning.
 fn final_message(plan: &Plan, out: &mut Output, finish: Finish) -> ParsedMsg {
-    let text = String::from_utf8_lossy(&out.bytes).into_owned();
-    let partial = out.dropped_calls || matches!(finish, Finish::Length | Finish::Cancelled);
-    let parsed = plan.parser.parse(&text, partial).and_then(|m| {
-        match m.tool_calls.iter().find(|c| !serde_json::from_str::<Value>(&c.arguments).is_ok_and(|v| v.is_object())) {
-            Some(c) if !partial => Err(Error::new(
-                ErrorCode::TemplateError,
-                format!("the call to `{}` has incomplete arguments {:?}", c.name, c.arguments),
-            )),
-            _ => Ok(m),
+    let cut = matches!(finish, Finish::Length | Finish::Cancelled);
+    // A reply cut inside a character (a multi-byte marker such as DeepSeek-V3.2's `｜`) ends
+    // at the last whole character: a U+FFFD there made the partial parser place nothing.
+    let mut bytes = &out.bytes[..];
+    if cut {
+        if let Err(e) = std::str::from_utf8(bytes) {
+            if e.error_len().is_none() {
+                bytes = &bytes[..e.valid_up_to()];
+            }
         }
+    }
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    let partial = out.dropped_calls || cut;
+    let parsed = plan.parser.parse(&text, partial).and_then(|mut m| {
+        for c in &mut m.tool_calls {
+            if serde_json::from_str::<Value>(&c.arguments).is_ok_and(|v| v.is_object()) {
+                continue;
+            }
+            // A call cut by `max_tokens` (or cancelled): its arguments closed into valid JSON,
+            // the members that had not started dropped (src/partial_json.rs), and a warning.
+            let closed = crate::partial_json::close(&c.arguments)
+                .or_else(|| c.arguments.trim().is_empty().then(|| "{}".to_string()));
+            match closed.filter(|_| cut) {
+                Some(closed) if serde_json::from_str::<Value>(&closed).is_ok_and(|v| v.is_object()) => {
+                    out.warnings.push(json!({"code": "tool_call_incomplete", "message": format!(
+                        "the reply was cut inside the call to `{}`: its arguments were closed where they stopped ({closed}); members not yet started were dropped", c.name)}));
+                    c.arguments = closed;
+                }
+                _ if !partial || cut => {
+                    return Err(Error::new(
+                        ErrorCode::TemplateError,
+                        format!("the call to `{}` has incomplete arguments {:?}", c.name, c.arguments),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(m)
     });
     let msg = match parsed {
+        // The parser placed none of a non-blank output (a call cut before its name was whole,
+        // or text it holds back as a possible call): the text is kept as content, never dropped.
+        Ok(m) if m.tool_calls.is_empty()
+            && m.content.trim().is_empty()
+            && m.reasoning_content.trim().is_empty()
+            && !text.trim().is_empty() =>
+        {
+            out.warnings.push(json!({"code": "unparsed_text_kept", "message": "the template's parser placed none of the output (a call cut before its name was complete, or text held back as a possible call): it is returned as content"}));
+            ParsedMsg { content: text, ..Default::default() }
+        }
         Ok(m) => m,
         Err(e) => {
             out.warnings.push(json!({"code": "tool_call_parse_failed", "message": format!("the output did not parse as this template's format: {}", e.message)}));

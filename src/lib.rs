@@ -18,6 +18,7 @@ pub mod jump;
 pub mod logprobs;
 pub mod model;
 pub mod model_info;
+pub mod partial_json;
 pub mod prompt;
 pub mod pull;
 pub mod request;

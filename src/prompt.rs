@@ -37,6 +37,34 @@ pub struct Plan {
     /// How this template writes calls, for deterministic call syntax (None: no tool calls, or
     /// a grammar whose call format llb does not recognise).
     pub call_syntax: Option<CallSyntax>,
+    /// The template's reasoning block, when it has tags (for the reasoning budget).
+    pub reasoning: Option<Reasoning>,
+    /// `tool_choice` is `required` or a named tool.
+    pub forced_call: bool,
+    /// The reasoning budget the request or the config set (-1 unlimited), if any.
+    pub budget_explicit: Option<i64>,
+    /// The budget the request's `reasoning_effort` stands for, if any.
+    pub budget_effort: Option<i64>,
+}
+
+/// A template's reasoning block: its tags, and whether the prompt already opened it.
+#[derive(Debug, Clone)]
+pub struct Reasoning {
+    pub start: String,
+    pub end: String,
+    pub opened: bool,
+}
+
+/// Whether the prompt ends inside an open reasoning block: the generation prompt ends with the
+/// start tag, or the prompt's last start tag sits in its final bytes with no end tag after it
+/// (Apriel's template opens the block with text of its own after the tag).
+fn reasoning_opened(p: &ChatParams) -> bool {
+    let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
+    if start.is_empty() || end.is_empty() {
+        return false;
+    }
+    let tail_opened = p.prompt.rfind(start).is_some_and(|i| p.prompt.len() - i <= 128 && !p.prompt[i..].contains(end));
+    p.generation_prompt.trim_end().ends_with(start) || tail_opened
 }
 
 /// A rendered prompt with the chat params, grammar and grammar prefill that constrain its reply.
@@ -55,6 +83,8 @@ pub struct Prompter {
     templates: Templates,
     probe: Probe,
     chat_template_kwargs: Option<Map<String, Value>>,
+    /// The config's default reasoning budget (-1 unlimited, 0 no thinking).
+    reasoning_budget: Option<i64>,
     /// piece text → token, built on first need (exact prefill of a grammar).
     pieces: OnceLock<PieceIndex>,
     not_utf8: OnceLock<Vec<sys::llama_token>>,
@@ -69,10 +99,22 @@ impl Prompter {
             templates,
             probe,
             chat_template_kwargs: kwargs,
+            reasoning_budget: None,
             pieces: OnceLock::new(),
             not_utf8: OnceLock::new(),
             engine: OnceLock::new(),
         }
+    }
+
+    /// The config's default reasoning budget (`reasoning_budget`).
+    pub fn with_reasoning_budget(mut self, budget: Option<i64>) -> Prompter {
+        self.reasoning_budget = budget;
+        self
+    }
+
+    /// The budget the request (else the config) set explicitly.
+    fn explicit_budget(&self, req: &ChatRequest) -> Option<i64> {
+        req.reasoning_budget.or(self.reasoning_budget)
     }
 
     pub fn probe(&self) -> &Probe {
@@ -142,12 +184,22 @@ impl Prompter {
     }
 
     /// The template's kwargs: the engine's, then the request's `reasoning_effort` (thinking off
-    /// for none/minimal, on otherwise; also passed as `reasoning_effort`), then the request's own.
+    /// for none/minimal, on otherwise; also passed as `reasoning_effort`), then a reasoning
+    /// budget of 0 (thinking off; a positive budget turns it on), then the request's own.
     pub fn kwargs(&self, req: &ChatRequest) -> Map<String, Value> {
         let mut kw = self.chat_template_kwargs.clone().unwrap_or_default();
         if let Some(effort) = req.reasoning_effort {
             kw.insert("enable_thinking".into(), json!(effort.thinking()));
             kw.insert("reasoning_effort".into(), json!(effort.as_str()));
+        }
+        match self.explicit_budget(req) {
+            Some(0) => {
+                kw.insert("enable_thinking".into(), json!(false));
+            }
+            Some(_) if req.reasoning_budget.is_some() => {
+                kw.insert("enable_thinking".into(), json!(true));
+            }
+            _ => {}
         }
         if let Some(r) = &req.chat_template_kwargs {
             kw.extend(r.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -227,7 +279,7 @@ impl Prompter {
             Choice::Auto | Choice::None => {
                 let mode = if choice == Choice::Auto { "auto" } else { "none" };
                 let p = self.apply(req, &req.messages, tools_json, mode, true)?;
-                let (grammar, prefill) = self.grammar_of(&p)?;
+                let (grammar, prefill) = self.grammar_of(&p, tools_all.map(Vec::as_slice).unwrap_or(&[]))?;
                 Rendered { prompt: p.prompt.clone(), params: p, grammar, prefill, strict: false }
             }
             Choice::Required | Choice::Named(_) => {
@@ -274,6 +326,16 @@ impl Prompter {
             strict: r.strict,
             one_call_by_grammar,
             call_syntax,
+            reasoning: (!params.thinking_start_tag.is_empty() && !params.thinking_end_tag.is_empty()).then(|| {
+                Reasoning {
+                    start: params.thinking_start_tag.clone(),
+                    end: params.thinking_end_tag.clone(),
+                    opened: reasoning_opened(params),
+                }
+            }),
+            forced_call: matches!(choice, Choice::Required | Choice::Named(_)),
+            budget_explicit: self.explicit_budget(req),
+            budget_effort: req.reasoning_effort.map(|e| e.budget()),
         })
     }
 
@@ -301,7 +363,7 @@ impl Prompter {
         };
         let section = crate::constrain::strict_section(&p.parser, &typed)?;
         if section.is_empty() {
-            let (grammar, prefill) = self.grammar_of(&p)?;
+            let (grammar, prefill) = self.grammar_of(&p, &typed)?;
             return Ok(Rendered { prompt: all.prompt, params: p, grammar, prefill, strict: false });
         }
         let single = !self.parallel(req);
@@ -316,16 +378,18 @@ impl Prompter {
     }
 
     /// The grammar llama.cpp derived (lazy with triggers, or non-lazy starting with the generation
-    /// prompt, which is then prefilled exactly).
-    fn grammar_of(&self, p: &ChatParams) -> Result<(Option<GrammarSpec>, Option<String>)> {
+    /// prompt, which is then prefilled exactly), with each tool argument at most once
+    /// ([`crate::constrain::at_most_once`]).
+    fn grammar_of(&self, p: &ChatParams, tools: &[request::Tool]) -> Result<(Option<GrammarSpec>, Option<String>)> {
         if p.grammar.is_empty() {
             return Ok((None, None));
         }
+        let gbnf = if tools.is_empty() { p.grammar.clone() } else { crate::constrain::at_most_once(&p.grammar, tools) };
         if !p.grammar_lazy {
             let prefill = (!p.generation_prompt.is_empty()).then(|| p.generation_prompt.clone());
-            return Ok((Some(GrammarSpec { gbnf: p.grammar.clone(), ..Default::default() }), prefill));
+            return Ok((Some(GrammarSpec { gbnf, ..Default::default() }), prefill));
         }
-        let mut g = GrammarSpec { gbnf: p.grammar.clone(), lazy: true, ..Default::default() };
+        let mut g = GrammarSpec { gbnf, lazy: true, ..Default::default() };
         let preserved: HashSet<sys::llama_token> = p
             .preserved_tokens
             .iter()
@@ -457,13 +521,11 @@ fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bo
         })
         .collect();
     let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
-    let gp = p.generation_prompt.trim_end();
-    let ws = "llb-ws ::= [ \\t\\n]{0,8}";
-    // Reasoning is open when the generation prompt ends with the start tag, or when the prompt's
-    // last start tag sits in its final bytes with no end tag after it (Apriel's template opens
-    // the block with text of its own after the tag).
-    let tail_opened = p.prompt.rfind(start).is_some_and(|i| p.prompt.len() - i <= 128 && !p.prompt[i..].contains(end));
-    let opened = !start.is_empty() && !end.is_empty() && (gp.ends_with(start) || tail_opened);
+    // Nothing between the end of the reasoning block and the call: some parsers take no
+    // whitespace there (Command-R7B's refused `<|END_THINKING|> \n\n<|START_ACTION|>`, issue 24),
+    // and every parser takes none.
+    let ws = "llb-ws ::= \"\"";
+    let opened = reasoning_opened(p);
     let root = if opened && !thinking {
         // The prompt opened a reasoning block but thinking is off: close it at once.
         format!("root ::= {} llb-ws llb-tool-section", gbnf::literal(end))

@@ -74,6 +74,10 @@ pub struct EngineConfig {
     /// Jump-forward decoding (docs/design.md, "Jump-forward decoding"); default true.
     #[serde(default)]
     pub jump_forward: Option<bool>,
+    /// The default reasoning budget in tokens (-1 unlimited, 0 no thinking), as llama-server's
+    /// `--reasoning-budget`; a request's `reasoning_budget` overrides it (docs/tool-calls.md).
+    #[serde(default)]
+    pub reasoning_budget: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -317,6 +321,17 @@ impl ReasoningEffort {
         !matches!(self, ReasoningEffort::None | ReasoningEffort::Minimal)
     }
 
+    /// The reasoning budget this effort stands for: none/minimal 0, low 1024, medium 4096
+    /// tokens, high unlimited (-1).
+    pub fn budget(self) -> i64 {
+        match self {
+            ReasoningEffort::None | ReasoningEffort::Minimal => 0,
+            ReasoningEffort::Low => 1024,
+            ReasoningEffort::Medium => 4096,
+            ReasoningEffort::High => -1,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ReasoningEffort::None => "none",
@@ -412,6 +427,11 @@ pub struct ChatRequest {
     /// evaluating it in one batch (jump-forward decoding; default: the engine's config, true).
     #[serde(default)]
     pub jump_forward: Option<bool>,
+    /// llb's extension, as llama-server's: the most tokens the reply may spend reasoning (-1
+    /// unlimited, 0 no thinking); past it the template's end-of-thinking tag is forced and the
+    /// reply goes on (docs/tool-calls.md, "Reasoning budget").
+    #[serde(default)]
+    pub reasoning_budget: Option<i64>,
 }
 
 /// The resolved tool choice.
@@ -506,6 +526,9 @@ impl ChatRequest {
         }
         if self.n.is_some_and(|n| n != 1) {
             bail!(InvalidArgument, "field `n`: only 1 is supported");
+        }
+        if self.reasoning_budget.is_some_and(|b| b < -1) {
+            bail!(InvalidArgument, "field `reasoning_budget`: must be -1 (unlimited), 0 (no thinking) or a number of tokens");
         }
         Ok(())
     }

@@ -283,10 +283,24 @@ pub struct Parser {
 // SAFETY: the parser is immutable after construction; parse takes a const pointer.
 unsafe impl Send for Parser {}
 
+/// The generation prompt the parser is given. llama.cpp's DeepSeek-V3.2 parser at the pin
+/// (`common_chat_params_init_deepseek_v3_2`) opens with the literal `<｜Assistant｜>`, which the
+/// template's generation prompt holds only after a user message: after a tool result it is
+/// `"\n\n<think>"`, and every reply of such a turn (the second turn of every agent loop) failed
+/// to parse at position 0 (issue 24). That parser gets `<｜Assistant｜>` before the rest.
+fn parser_generation_prompt(params: &ChatParams) -> String {
+    const GEN: &str = "<｜Assistant｜>";
+    let gp = &params.generation_prompt;
+    if params.parser.contains("｜DSML｜") && params.parser.contains(GEN) && !gp.starts_with(GEN) {
+        return format!("{GEN}{}", gp.trim_start());
+    }
+    gp.clone()
+}
+
 impl Parser {
     pub fn new(params: &ChatParams, reasoning_format: &str, parse_tool_calls: bool) -> Result<Parser> {
         let parser = cstring(&params.parser, "parser")?;
-        let gp = cstring(&params.generation_prompt, "generation prompt")?;
+        let gp = cstring(&parser_generation_prompt(params), "generation prompt")?;
         let rf = cstring(reasoning_format, "reasoning_format")?;
         let mut raw = ptr::null_mut();
         let mut err: *mut c_char = ptr::null_mut();
