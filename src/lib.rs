@@ -5,7 +5,6 @@
 
 pub mod backend;
 pub mod call_syntax;
-pub mod constrain;
 pub mod engine;
 pub mod error;
 pub mod fault;

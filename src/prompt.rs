@@ -361,7 +361,7 @@ impl Prompter {
         } else {
             all.clone()
         };
-        let section = crate::constrain::strict_section(&p.parser, &typed)?;
+        let section = crate::grammar::strict::strict_section(&p.parser, &typed)?;
         if section.is_empty() {
             let (grammar, prefill) = self.grammar_of(&p, &typed)?;
             return Ok(Rendered { prompt: all.prompt, params: p, grammar, prefill, strict: false });
@@ -379,12 +379,12 @@ impl Prompter {
 
     /// The grammar llama.cpp derived (lazy with triggers, or non-lazy starting with the generation
     /// prompt, which is then prefilled exactly), with each tool argument at most once
-    /// ([`crate::constrain::at_most_once`]).
+    /// ([`crate::grammar::strict::at_most_once`]).
     fn grammar_of(&self, p: &ChatParams, tools: &[request::Tool]) -> Result<(Option<GrammarSpec>, Option<String>)> {
         if p.grammar.is_empty() {
             return Ok((None, None));
         }
-        let gbnf = if tools.is_empty() { p.grammar.clone() } else { crate::constrain::at_most_once(&p.grammar, tools) };
+        let gbnf = if tools.is_empty() { p.grammar.clone() } else { crate::grammar::strict::at_most_once(&p.grammar, tools) };
         if !p.grammar_lazy {
             let prefill = (!p.generation_prompt.is_empty()).then(|| p.generation_prompt.clone());
             return Ok((Some(GrammarSpec { gbnf, ..Default::default() }), prefill));

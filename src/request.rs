@@ -647,7 +647,7 @@ fn validate_tools(tools: &[Tool]) -> Result<std::collections::HashSet<&str>> {
             if !p.is_object() {
                 bail!(InvalidArgument, "field `tools[{i}].function.parameters`: must be a JSON Schema object");
             }
-            crate::constrain::check_tool_schema(name, p).map_err(|e| {
+            crate::grammar::strict::check_tool_schema(name, p).map_err(|e| {
                 Error::new(ErrorCode::InvalidArgument, format!("field `tools[{i}].function.parameters`: {}", e.message))
             })?;
         }

@@ -2,6 +2,8 @@
 //!
 //! - [`gbnf`]: GBNF text, llama.cpp's grammar language: what llb writes (literals, "text up to",
 //!   trigger regexes) and a reader for what llama.cpp's chat stack writes.
+//! - [`strict`]: llb's strict tool-call grammars (tool_choice required or named): llama.cpp's
+//!   call section rewritten to enforce each tool's JSON Schema, and the schema checks.
 //! - [`lark`]: GBNF → llguidance's Lark dialect (regular rules become terminals).
 //! - [`engine`]: the constraint engine, llguidance's token masks over the model's vocabulary,
 //!   with a bounded cache of compiled grammars per model.
@@ -15,6 +17,7 @@ pub mod engine;
 pub mod gbnf;
 pub mod lark;
 pub mod llama;
+pub mod strict;
 
 use crate::error::{ErrorCode, Result};
 use crate::sys;
