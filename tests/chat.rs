@@ -292,6 +292,17 @@ fn cancellation_stops_promptly_and_the_engine_stays_usable() {
     let n = r["usage"]["completion_tokens"].as_u64().unwrap();
     assert!(n < 40, "stopped promptly, not after {n} tokens");
     assert_eq!(e.events.chunks().iter().filter(|c| !c["choices"][0]["finish_reason"].is_null()).count(), 1);
+    assert_stream_matches("cancelled content", &e.events.chunks(), &r);
+    // Cancelled inside a forced call (3 chunks: role, name, the arguments begun): the call comes
+    // back closed, and the deltas still add up to the completion's call.
+    e.events.clear();
+    *e.events.cancel_after_chunks.lock().unwrap() = 3;
+    let r = e.infer(&json!({"messages": user("weather?"), "tools": tools(), "tool_choice": "required",
+        "max_tokens": 400, "seed": 3, "temperature": 1.0, "stream": true, "jump_forward": false}));
+    assert_eq!(r["choices"][0]["finish_reason"], "cancelled", "{r}");
+    assert_stream_matches("cancelled call", &e.events.chunks(), &r);
+    let args = r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap_or_else(|| panic!("{r}"));
+    assert!(serde_json::from_str::<Value>(args).is_ok_and(|v| v.is_object()), "a cut call closes: {r}");
     // Cancelling a non-streamed request: the progress events are cancellation points.
     e.events.clear();
     *e.events.cancel_after_chunks.lock().unwrap() = 0;
