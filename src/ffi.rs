@@ -337,6 +337,7 @@ pub unsafe extern "C" fn llb_chat_destroy(chat: *mut llb_chat) {
             if !chat.is_null() {
                 // SAFETY: chat came from Box::into_raw in llb_chat_create and is freed once.
                 drop(unsafe { Box::from_raw(chat) });
+                crate::model::release_free_memory();
             }
         },
     )
@@ -475,6 +476,7 @@ pub unsafe extern "C" fn llb_pool_destroy(pool: *mut llb_pool) {
             if !pool.is_null() {
                 // SAFETY: pool came from Box::into_raw in llb_pool_create and is freed once.
                 drop(unsafe { Box::from_raw(pool) });
+                crate::model::release_free_memory();
             }
         },
     )

@@ -44,6 +44,18 @@ impl Drop for Model {
     }
 }
 
+/// After a host destroys an engine or pool: hands the pages malloc keeps free back to the OS
+/// (glibc keeps them per thread arena; a model's vocabulary, its grammar engine's token trie and
+/// a context's buffers are megabytes freed by worker threads), so a host's RSS returns after an
+/// unload instead of stepping up with each arena that served one.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory to the OS; any thread may call it.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 type Registry = HashMap<(PathBuf, String), Weak<Model>>;
 /// Keyed by the file and how it is loaded (GPU layers, devices, mmap: see `LoadParams::key`).
 static MODELS: Lazy<Mutex<Registry>> = Lazy::new(|| Mutex::new(HashMap::new()));
