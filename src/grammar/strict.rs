@@ -465,33 +465,39 @@ fn find_exclusion_group(body: &str) -> Option<(usize, usize)> {
             b'"' => i = skip_quoted(b, i, b'"'),
             b'[' => i = skip_quoted(b, i, b']'),
             b'(' if body[i..].starts_with("([^") => {
-                let mut depth = 0;
-                let mut j = i;
-                while j < b.len() {
-                    match b[j] {
-                        b'"' => {
-                            j = skip_quoted(b, j, b'"');
-                            continue;
-                        }
-                        b'[' => {
-                            j = skip_quoted(b, j, b']');
-                            continue;
-                        }
-                        b'(' => depth += 1,
-                        b')' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                return (b.get(j + 1) == Some(&b'*')).then_some((i, j + 2));
-                            }
-                        }
-                        _ => {}
-                    }
-                    j += 1;
-                }
-                return None;
+                let j = group_end(b, i)?;
+                return (b.get(j + 1) == Some(&b'*')).then_some((i, j + 2));
             }
             _ => i += 1,
         }
+    }
+    None
+}
+
+/// The index of the `)` closing the group opened at `open`, skipping literals and classes.
+fn group_end(b: &[u8], open: usize) -> Option<usize> {
+    let mut depth = 0;
+    let mut j = open;
+    while j < b.len() {
+        match b[j] {
+            b'"' => {
+                j = skip_quoted(b, j, b'"');
+                continue;
+            }
+            b'[' => {
+                j = skip_quoted(b, j, b']');
+                continue;
+            }
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+            _ => {}
+        }
+        j += 1;
     }
     None
 }
@@ -662,35 +668,12 @@ pub fn mistral_call_ids(body: &str) -> String {
     let keys = [r#""\"id\"" space ":" space ("#, r#""\"tool_call_id\"" space ":" space ("#];
     let Some((at, key)) = keys.iter().find_map(|k| body.find(k).map(|at| (at, *k))) else { return body.to_string() };
     let open = at + key.len() - 1;
-    let b = body.as_bytes();
-    let mut depth = 0;
-    let mut j = open;
-    while j < b.len() {
-        match b[j] {
-            b'"' => {
-                j = skip_quoted(b, j, b'"');
-                continue;
-            }
-            b'[' => {
-                j = skip_quoted(b, j, b']');
-                continue;
-            }
-            b'(' => depth += 1,
-            b')' => {
-                depth -= 1;
-                if depth == 0 {
-                    // The id is written always: llama.cpp's envelope has the comma before it
-                    // outside the optional group, so a call without one ended `,}`.
-                    let rest = &body[j + 1..];
-                    let rest = rest.strip_prefix(")?").map(|r| format!("){r}")).unwrap_or_else(|| rest.to_string());
-                    return format!(r#"{}"\"" [a-zA-Z0-9]{{9}} "\""{rest}"#, &body[..open]);
-                }
-            }
-            _ => {}
-        }
-        j += 1;
-    }
-    body.to_string()
+    let Some(j) = group_end(body.as_bytes(), open) else { return body.to_string() };
+    // The id is written always: llama.cpp's envelope has the comma before it outside the
+    // optional group, so a call without one ended `,}`.
+    let rest = &body[j + 1..];
+    let rest = rest.strip_prefix(")?").map(|r| format!("){r}")).unwrap_or_else(|| rest.to_string());
+    format!(r#"{}"\"" [a-zA-Z0-9]{{9}} "\""{rest}"#, &body[..open])
 }
 
 /// JSON strings hold no raw control characters: llama.cpp's PEG string content is
