@@ -102,6 +102,9 @@ fn validate(config: &EngineConfig, pool: bool) -> Result<()> {
     if let Some(t) = config.n_threads.filter(|t| *t > MAX_THREADS) {
         bail!(InvalidArgument, "field `n_threads`: {t} is more than ggml's limit of {MAX_THREADS} threads");
     }
+    if config.thread_poll.is_some_and(|p| p > 100) {
+        bail!(InvalidArgument, "field `thread_poll`: must be 0 to 100");
+    }
     match config.n_parallel {
         Some(n) if pool && (n == 0 || n as usize > MAX_SEQ_IDS / 2) => {
             bail!(InvalidArgument, "field `n_parallel`: must be 1 to {}", MAX_SEQ_IDS / 2)
@@ -154,6 +157,8 @@ impl Chat {
                 n_parallel: n_parallel as usize,
                 max_queue: config.max_queue.unwrap_or(n_parallel * DEFAULT_QUEUE_PER_PARALLEL) as usize,
                 n_threads: config.n_threads.map_or(crate::threads::total(), |t| t as usize),
+                adaptive_threads: config.adaptive_threads.unwrap_or(true),
+                thread_poll: config.thread_poll.unwrap_or(0),
                 backend: ctx_params,
             },
         )?;

@@ -78,6 +78,14 @@ pub struct EngineConfig {
     /// `--reasoning-budget`; a request's `reasoning_budget` overrides it (docs/tool-calls.md).
     #[serde(default)]
     pub reasoning_budget: Option<i64>,
+    /// Decode threads follow what the machine gives (docs/scaling.md, "Sharing the cores");
+    /// `n_threads` stays the ceiling. Default true.
+    #[serde(default)]
+    pub adaptive_threads: Option<bool>,
+    /// How hard idle compute threads poll for the next batch before sleeping, 0-100 as
+    /// llama.cpp's `--poll` (0 sleeps at once: the cores go to the host). Default 0.
+    #[serde(default)]
+    pub thread_poll: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -38,6 +38,10 @@ pub struct SchedConfig {
     pub max_queue: usize,
     /// Compute threads a decode asks the process budget for.
     pub n_threads: usize,
+    /// Adapt the decode threads to the cores the machine gives (src/threads.rs).
+    pub adaptive_threads: bool,
+    /// Polling level of the context's idle compute threads, 0-100.
+    pub thread_poll: u32,
     /// Flash attention, KV cache types, KV offload.
     pub backend: crate::backend::ContextParams,
 }
