@@ -3,11 +3,9 @@
 //! would then miss the KV cache from that reply on).
 
 use crate::request::{ChatRequest, Role};
-use crate::sys;
+use crate::tokens::Token;
 use std::collections::VecDeque;
 use std::sync::Mutex;
-
-pub type Token = sys::llama_token;
 
 /// A reply the model generated that ended on an end-of-generation token.
 #[derive(Debug, Clone)]

@@ -3,6 +3,9 @@
 use crate::error::{Error, ErrorCode, Result};
 use crate::sys;
 
+/// A token id of the model's vocabulary (llama.cpp's `llama_token`).
+pub type Token = sys::llama_token;
+
 /// llama.cpp's buffer protocol: `call(buf)` returns the count written, or minus the size it needs.
 /// Calls once, and once more with the size asked for; None when it still fails.
 fn with_growing_buffer<T: Clone + Default>(initial: usize, mut call: impl FnMut(&mut [T]) -> i32) -> Option<Vec<T>> {
