@@ -43,19 +43,7 @@ public class LlbChatAutoConfiguration {
     @Bean
     @ConditionalOnMissingBean(LlbChatModel.class)
     public LlbChatModel llbChatModel(LlbChatProperties properties, ObjectProvider<ToolCallingManager> toolCallingManager) {
-        ChatConfig config = ChatConfig.of(modelPath(properties));
-        if (properties.getContextSize() != null) {
-            config = config.withContextSize(properties.getContextSize());
-        }
-        if (properties.getThreads() != null) {
-            config = config.withThreads(properties.getThreads());
-        }
-        if (properties.getBatchSize() != null) {
-            config = config.withBatchSize(properties.getBatchSize());
-        }
-        if (properties.getGpuLayers() != null) {
-            config = config.withGpuLayers(properties.getGpuLayers());
-        }
+        ChatConfig config = chatConfig(properties, modelPath(properties));
         LlbChatProperties.Options o = properties.getOptions();
         LlbChatOptions defaults = LlbChatOptions.builder().temperature(o.getTemperature()).topP(o.getTopP()).topK(o.getTopK())
                 .maxTokens(o.getMaxTokens()).seed(o.getSeed()).toolChoice(o.getToolChoice())
@@ -68,6 +56,30 @@ public class LlbChatAutoConfiguration {
             builder.toolCallingManager(manager);
         }
         return builder.build();
+    }
+
+    /** The engine settings of {@code llb.chat.*} over {@code model}; unset properties take llb's defaults. */
+    static ChatConfig chatConfig(LlbChatProperties p, Path model) {
+        ChatConfig config = ChatConfig.of(model);
+        if (p.getContextSize() != null) {
+            config = config.withContextSize(p.getContextSize());
+        }
+        if (p.getThreads() != null) {
+            config = config.withThreads(p.getThreads());
+        }
+        if (p.getAdaptiveThreads() != null) {
+            config = config.withAdaptiveThreads(p.getAdaptiveThreads());
+        }
+        if (p.getThreadPoll() != null) {
+            config = config.withThreadPoll(p.getThreadPoll());
+        }
+        if (p.getBatchSize() != null) {
+            config = config.withBatchSize(p.getBatchSize());
+        }
+        if (p.getGpuLayers() != null) {
+            config = config.withGpuLayers(p.getGpuLayers());
+        }
+        return config;
     }
 
     /** {@code model-path}, or the file {@code model} pulls to. */
