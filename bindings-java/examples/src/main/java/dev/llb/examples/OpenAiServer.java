@@ -97,13 +97,8 @@ public final class OpenAiServer {
             return;
         }
         String modelId = options.model().getFileName().toString();
-        ChatConfig config = ChatConfig.of(options.model());
-        if (options.contextSize() != null) {
-            config = config.withContextSize(options.contextSize());
-        }
-        if (options.threads() != null) {
-            config = config.withThreads(options.threads());
-        }
+        // Unset (null) values take llb's defaults.
+        ChatConfig config = new ChatConfig(options.model(), options.contextSize(), options.threads(), null, null, null);
         if (options.adaptiveThreads() != null) {
             config = config.withAdaptiveThreads(options.adaptiveThreads());
         }

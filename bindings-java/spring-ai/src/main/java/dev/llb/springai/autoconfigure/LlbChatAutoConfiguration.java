@@ -8,6 +8,7 @@ import dev.llb.LlbException;
 import dev.llb.springai.LlbChatModel;
 import dev.llb.springai.LlbChatOptions;
 import java.nio.file.Path;
+import java.util.function.BiFunction;
 import org.springframework.ai.model.tool.ToolCallingManager;
 import org.springframework.ai.retry.NonTransientAiException;
 import org.springframework.beans.factory.ObjectProvider;
@@ -60,26 +61,15 @@ public class LlbChatAutoConfiguration {
 
     /** The engine settings of {@code llb.chat.*} over {@code model}; unset properties take llb's defaults. */
     static ChatConfig chatConfig(LlbChatProperties p, Path model) {
-        ChatConfig config = ChatConfig.of(model);
-        if (p.getContextSize() != null) {
-            config = config.withContextSize(p.getContextSize());
-        }
-        if (p.getThreads() != null) {
-            config = config.withThreads(p.getThreads());
-        }
-        if (p.getAdaptiveThreads() != null) {
-            config = config.withAdaptiveThreads(p.getAdaptiveThreads());
-        }
-        if (p.getThreadPoll() != null) {
-            config = config.withThreadPoll(p.getThreadPoll());
-        }
-        if (p.getBatchSize() != null) {
-            config = config.withBatchSize(p.getBatchSize());
-        }
-        if (p.getGpuLayers() != null) {
-            config = config.withGpuLayers(p.getGpuLayers());
-        }
-        return config;
+        ChatConfig config = new ChatConfig(model, p.getContextSize(), p.getThreads(), p.getBatchSize(), null, null);
+        config = ifSet(config, p.getAdaptiveThreads(), ChatConfig::withAdaptiveThreads);
+        config = ifSet(config, p.getThreadPoll(), ChatConfig::withThreadPoll);
+        return ifSet(config, p.getGpuLayers(), ChatConfig::withGpuLayers);
+    }
+
+    /** {@code with.apply(config, value)}, or {@code config} as it is when the property is unset. */
+    private static <T> ChatConfig ifSet(ChatConfig config, T value, BiFunction<ChatConfig, T, ChatConfig> with) {
+        return value == null ? config : with.apply(config, value);
     }
 
     /** {@code model-path}, or the file {@code model} pulls to. */
