@@ -8,6 +8,7 @@
 //!
 //! The budget is the machine's available parallelism, or `LLB_THREAD_BUDGET` when set.
 
+use crate::sys;
 use std::sync::{Condvar, Mutex, OnceLock};
 
 struct Budget {
@@ -75,6 +76,45 @@ impl Drop for Permit {
         st.free += self.n;
         st.holders -= 1;
         b.freed.notify_all();
+    }
+}
+
+/// A context's compute threads: one ggml thread pool made with the context and attached to it,
+/// instead of the pool ggml otherwise creates and joins for every graph. Its threads wait for
+/// the next graph polling at `poll` (0-100, llama.cpp's `--poll`; 0 sleeps at once, leaving
+/// the cores to the host), and a decode uses as many of them as its permit says.
+pub struct ComputePool(*mut sys::ggml_threadpool);
+
+// SAFETY: the pool is driven only by the thread that decodes on its context (the scheduler's);
+// moving the handle to that thread is all that happens.
+unsafe impl Send for ComputePool {}
+
+impl ComputePool {
+    /// Makes a pool of `n_threads` and attaches it to `ctx`; `None` (and ggml's per-graph pools
+    /// stay in use) when ggml cannot make it.
+    ///
+    /// # Safety
+    /// `ctx` is a live context; the pool must outlive every decode on it (drop the context first).
+    pub unsafe fn attach(ctx: *mut sys::llama_context, n_threads: usize, poll: u32) -> Option<ComputePool> {
+        // SAFETY: plain value from ggml; the pool copies what it needs from `params`.
+        let pool = unsafe {
+            let mut params = sys::ggml_threadpool_params_default(n_threads.clamp(1, i32::MAX as usize) as i32);
+            params.poll = poll.min(100);
+            sys::ggml_threadpool_new(&mut params)
+        };
+        if pool.is_null() {
+            return None;
+        }
+        // SAFETY: live context (caller) and a live pool, used for single tokens and batches alike.
+        unsafe { sys::llama_attach_threadpool(ctx, pool, pool) };
+        Some(ComputePool(pool))
+    }
+
+    /// Frees the pool. Call after the context that used it is freed; a pool whose context is
+    /// leaked (see `backend::must_leak`) is leaked with it by not calling this.
+    pub fn free(self) {
+        // SAFETY: made by ggml_threadpool_new, freed once (self is consumed), no context uses it.
+        unsafe { sys::ggml_threadpool_free(self.0) };
     }
 }
 

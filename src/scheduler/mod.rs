@@ -20,6 +20,7 @@ mod slots;
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Model;
 use crate::sys;
+use crate::threads::{ComputePool, Tuner};
 use crate::tokens::Token;
 use job::JobState;
 use slots::{KvOp, Prefix, Room, SlotTable};
@@ -158,8 +159,10 @@ impl Scheduler {
         let state =
             State { jobs: Vec::new(), slots: SlotTable::new(config.n_slots), next_id: 0, shutdown: false, lost: None };
         let shared = Arc::new(Shared { state: Mutex::new(state), wake: Condvar::new(), config });
+        // SAFETY: live context; the worker frees the pool after the context.
+        let pool = unsafe { ComputePool::attach(ctx, shared.config.n_threads, shared.config.thread_poll) };
         let ctx = Context(ctx);
-        let worker = Worker::new(shared.clone(), model, ctx);
+        let worker = Worker::new(shared.clone(), model, ctx, pool);
         let thread = std::thread::Builder::new()
             .name("llb-scheduler".into())
             .spawn(move || worker.run())
@@ -287,6 +290,10 @@ struct Worker {
     n_vocab: usize,
     /// How long the last decode took: the barrier waits for stragglers up to it.
     last_decode: Duration,
+    /// The context's compute threads (None: ggml's per-graph pools).
+    pool: Option<ComputePool>,
+    /// How many of them a decode asks for (adaptive_threads).
+    tuner: Option<Tuner>,
     /// Some layers live on RPC servers.
     uses_rpc: bool,
     /// Set when a decode lost an RPC server: the context is unusable, every later request fails
@@ -302,6 +309,9 @@ impl Drop for Worker {
             sys::llama_batch_free(self.batch);
             if !crate::backend::must_leak(self.uses_rpc) {
                 sys::llama_free(self.ctx.0);
+                if let Some(pool) = self.pool.take() {
+                    pool.free();
+                }
             }
         }
     }
@@ -311,7 +321,7 @@ impl Drop for Worker {
 unsafe impl Send for Worker {}
 
 impl Worker {
-    fn new(shared: Arc<Shared>, model: &Model, ctx: Context) -> Worker {
+    fn new(shared: Arc<Shared>, model: &Model, ctx: Context, pool: Option<ComputePool>) -> Worker {
         let n_batch = shared.config.n_batch.max(1) as i32;
         // SAFETY: a live context and vocabulary; the batch is freed in Drop.
         let (mem, batch, n_vocab) = unsafe {
@@ -321,7 +331,19 @@ impl Worker {
                 sys::llama_vocab_n_tokens(model.vocab()) as usize,
             )
         };
-        Worker { shared, ctx, mem, batch, n_vocab, last_decode: Duration::ZERO, uses_rpc: model.uses_rpc, lost: None }
+        let tuner = shared.config.adaptive_threads.then(|| Tuner::new(shared.config.n_threads));
+        Worker {
+            shared,
+            ctx,
+            mem,
+            batch,
+            n_vocab,
+            last_decode: Duration::ZERO,
+            pool,
+            tuner,
+            uses_rpc: model.uses_rpc,
+            lost: None,
+        }
     }
 
     fn run(mut self) {
@@ -517,19 +539,28 @@ impl Worker {
             self.fail(&mut lock(&shared.state), &entries, e);
             return;
         }
-        self.fill_batch(&entries);
-        let permit = crate::threads::acquire(self.shared.config.n_threads);
+        let n_tokens = self.fill_batch(&entries);
+        let want = match &mut self.tuner {
+            Some(t) => t.choose(n_tokens),
+            None => self.shared.config.n_threads,
+        };
+        let permit = crate::threads::acquire(want);
         let t = Instant::now();
         // SAFETY: live context.
         unsafe { sys::llama_set_n_threads(self.ctx.0, permit.n as i32, permit.n as i32) };
         // SAFETY: live context; the batch was filled within its capacity.
         let rc = unsafe { crate::backend::decode(self.ctx.0, self.batch) };
+        let took = t.elapsed();
+        let used = permit.n;
         drop(permit);
         let shared = self.shared.clone();
         let mut st = lock(&shared.state);
         match rc {
             Ok(0) => {
-                self.last_decode = t.elapsed();
+                self.last_decode = took;
+                if let Some(t) = &mut self.tuner {
+                    t.record(n_tokens, used, took.as_secs_f64());
+                }
                 self.deliver(&mut st, &entries);
             }
             Ok(1) => self.make_room(&mut st, &entries),
@@ -546,7 +577,8 @@ impl Worker {
         }
     }
 
-    fn fill_batch(&mut self, entries: &[Entry]) {
+    /// Fills the batch with the entries' tokens; returns how many.
+    fn fill_batch(&mut self, entries: &[Entry]) -> usize {
         let b = &mut self.batch;
         let mut k = 0usize;
         for e in entries {
@@ -564,6 +596,7 @@ impl Worker {
             }
         }
         b.n_tokens = k as i32;
+        k
     }
 
     fn deliver(&mut self, st: &mut State, entries: &[Entry]) {
