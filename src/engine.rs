@@ -157,7 +157,7 @@ impl Chat {
                 n_parallel: n_parallel as usize,
                 max_queue: config.max_queue.unwrap_or(n_parallel * DEFAULT_QUEUE_PER_PARALLEL) as usize,
                 n_threads: config.n_threads.map_or(crate::threads::total(), |t| t as usize),
-                adaptive_threads: config.adaptive_threads.unwrap_or(true),
+                adaptive_threads: config.adaptive_threads.unwrap_or(false),
                 thread_poll: config.thread_poll.unwrap_or(0),
                 backend: ctx_params,
             },
