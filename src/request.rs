@@ -78,7 +78,7 @@ pub struct EngineConfig {
     /// `--reasoning-budget`; a request's `reasoning_budget` overrides it (docs/tool-calls.md).
     #[serde(default)]
     pub reasoning_budget: Option<i64>,
-    /// Decode threads follow what the machine gives (docs/scaling.md, "Sharing the cores");
+    /// Decode threads follow what the machine gives (docs/scaling.md, "Sharing the cores with the host");
     /// `n_threads` stays the ceiling. Default false until its benchmark confirms the idle speed.
     #[serde(default)]
     pub adaptive_threads: Option<bool>,
