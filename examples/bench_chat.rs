@@ -70,7 +70,15 @@ fn plain_greedy(path: &Path, n_ctx: u32, n_prompt: usize, n_gen: usize) -> f64 {
         // byte at most, so one call fits.
         let text = "Tell me a long story about the sea. ".repeat(64);
         let mut prompt = vec![0; text.len() + 8];
-        let n = sys::llama_tokenize(vocab, text.as_ptr() as *const _, text.len() as i32, prompt.as_mut_ptr(), prompt.len() as i32, false, true);
+        let n = sys::llama_tokenize(
+            vocab,
+            text.as_ptr() as *const _,
+            text.len() as i32,
+            prompt.as_mut_ptr(),
+            prompt.len() as i32,
+            false,
+            true,
+        );
         assert!(n > 0);
         prompt.truncate((n as usize).min(n_prompt));
         for chunk in prompt.chunks_mut(512) {

@@ -1,6 +1,6 @@
 //! Engines and pools: the handles behind `llb_chat_*` and `llb_pool_*`.
 //!
-//! Both are a model's chat side ([`Prompter`]) over one scheduler ([`Scheduler`]: a llama
+//! Both are a model's chat side ([`Prompter`]) and vocabulary ([`Vocab`]) over one scheduler ([`Scheduler`]: a llama
 //! context whose sequences requests share) and a book of the model's replies for exact replay.
 //! An engine is one conversation: one sequence, one request at a time (`busy` otherwise), events
 //! to the callback given at creation. A pool serves many requests at once on `n_parallel`
@@ -13,7 +13,7 @@ use crate::generate::Run;
 use crate::model::{self, Model};
 use crate::model_info;
 use crate::prompt::Prompter;
-use crate::request::{self, ChatRequest, EngineConfig, EngineSettings, Kind, ResolvedRequest};
+use crate::request::{self, ChatRequest, EngineConfig, EngineSettings, HandleKind, ResolvedRequest};
 use crate::scheduler::{SchedConfig, Scheduler};
 use crate::session::ReplyBook;
 use crate::shim::{Probe, Templates};
@@ -72,7 +72,7 @@ struct Chat {
 impl Chat {
     /// Opens the model's chat side and its context. Refuses non-tool models
     /// (`tools_unsupported`) before loading weights or allocating a KV cache.
-    fn open(config: &EngineConfig, kind: Kind) -> Result<Chat> {
+    fn open(config: &EngineConfig, kind: HandleKind) -> Result<Chat> {
         crate::init_backend();
         config.validate(kind)?;
         let (load, ctx_params) = crate::backend::resolve(config)?;
@@ -148,7 +148,7 @@ impl Engine {
     /// Opens an engine. Refuses non-tool models (`tools_unsupported`) before loading weights or
     /// allocating a KV cache.
     pub fn create(config: EngineConfig, events: Option<EventSink>) -> Result<Engine> {
-        Ok(Engine { chat: Chat::open(&config, Kind::Engine)?, busy: Mutex::new(()), events })
+        Ok(Engine { chat: Chat::open(&config, HandleKind::Engine)?, busy: Mutex::new(()), events })
     }
 
     pub fn probe(&self) -> &Probe {
@@ -200,7 +200,7 @@ pub struct Pool {
 impl Pool {
     /// Opens a pool (same gate and config as an engine, plus `n_parallel` and `max_queue`).
     pub fn create(config: EngineConfig) -> Result<Pool> {
-        Ok(Pool { chat: Chat::open(&config, Kind::Pool)? })
+        Ok(Pool { chat: Chat::open(&config, HandleKind::Pool)? })
     }
 
     pub fn probe(&self) -> &Probe {

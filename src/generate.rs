@@ -297,13 +297,18 @@ impl Generation<'_> {
         };
         let tok = match end {
             Some(t) => t,
-            None if d.syntax.as_ref().is_some_and(|t| t.position() == Position::Wrapper) => d.smpl.sample_greedy(logits)?,
+            None if d.syntax.as_ref().is_some_and(|t| t.position() == Position::Wrapper) => {
+                d.smpl.sample_greedy(logits)?
+            }
             None => d.smpl.sample(logits)?,
         };
         let dropped = d.smpl.accept(tok)?;
         self.sampling = d.smpl.stats;
         if let Some(why) = dropped {
-            self.response.warn("grammar_disabled", format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}"));
+            self.response.warn(
+                "grammar_disabled",
+                format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}"),
+            );
         }
         Ok(tok)
     }
@@ -415,7 +420,8 @@ impl Generation<'_> {
             ..stats
         };
         let completion = self.response.complete(&msg, finish, &stats);
-        let reply = (!self.eog_piece.is_empty() && !self.dropped_calls).then(|| ReplyRecord {
+        let remember = !self.eog_piece.is_empty() && !self.dropped_calls;
+        let reply = remember.then_some(ReplyRecord {
             prompt: self.plan.prompt,
             prompt_tokens: prompt,
             gen_tokens: self.gen_tokens,
@@ -445,17 +451,21 @@ impl Generation<'_> {
         let msg = match self.parse_final(&text, cut) {
             // The parser placed none of a non-blank output (a call cut before its name was whole,
             // or text it holds back as a possible call): the text is kept as content, never dropped.
-            Ok(m) if m.tool_calls.is_empty()
-                && m.content.trim().is_empty()
-                && m.reasoning_content.trim().is_empty()
-                && !text.trim().is_empty() =>
+            Ok(m)
+                if m.tool_calls.is_empty()
+                    && m.content.trim().is_empty()
+                    && m.reasoning_content.trim().is_empty()
+                    && !text.trim().is_empty() =>
             {
                 self.response.warn("unparsed_text_kept", "the template's parser placed none of the output (a call cut before its name was complete, or text held back as a possible call): it is returned as content".into());
                 ParsedMsg { content: text, ..Default::default() }
             }
             Ok(m) => m,
             Err(e) => {
-                self.response.warn("tool_call_parse_failed", format!("the output did not parse as this template's format: {}", e.message));
+                self.response.warn(
+                    "tool_call_parse_failed",
+                    format!("the output did not parse as this template's format: {}", e.message),
+                );
                 ParsedMsg { content: text, ..Default::default() }
             }
         };
@@ -512,9 +522,14 @@ pub(crate) struct Budget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BudgetState {
     /// Waiting for the start tag (searched from this byte on).
-    Idle { from: usize },
+    Idle {
+        from: usize,
+    },
     /// Inside the block: it opened after this many tokens, at this byte.
-    Counting { tokens: usize, byte: usize },
+    Counting {
+        tokens: usize,
+        byte: usize,
+    },
     Done,
 }
 
@@ -566,7 +581,8 @@ impl Budget {
         // The last character's lead byte, and whether the character is complete (a few tokens
         // of grace to complete one, as llama.cpp's WAITING_UTF8 state).
         let lead = (bytes.len().saturating_sub(4)..bytes.len()).rev().find(|&i| bytes[i] & 0xC0 != 0x80);
-        let inside = lead.is_some_and(|i| matches!(std::str::from_utf8(&bytes[i..]), Err(e) if e.error_len().is_none()));
+        let inside =
+            lead.is_some_and(|i| matches!(std::str::from_utf8(&bytes[i..]), Err(e) if e.error_len().is_none()));
         !inside || n_tokens - tokens >= self.limit + 4
     }
 }
@@ -582,4 +598,3 @@ fn continue_recv(ticket: &Ticket) -> Result<Vec<f32>> {
         }
     }
 }
-

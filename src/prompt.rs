@@ -95,7 +95,9 @@ impl Prompter {
     /// cannot be built: grammars then run on llama.cpp's sampler).
     pub fn engine(&self) -> Option<&Arc<crate::grammar::engine::Engine>> {
         // SAFETY: the vocabulary lives as long as `self.vocab`, which outlives the call.
-        self.engine.get_or_init(|| unsafe { crate::grammar::engine::Engine::new(self.vocab.raw()) }.ok().map(Arc::new)).as_ref()
+        self.engine
+            .get_or_init(|| unsafe { crate::grammar::engine::Engine::new(self.vocab.raw()) }.ok().map(Arc::new))
+            .as_ref()
     }
 
     /// The running grammar for `spec` (see [`crate::grammar::Grammar::build`]).
@@ -112,7 +114,14 @@ impl Prompter {
         Ok(g)
     }
 
-    fn apply_inputs(&self, req: &ResolvedRequest, messages: &Value, tools: Option<Value>, mode: &str, add_gen: bool) -> Value {
+    fn apply_inputs(
+        &self,
+        req: &ResolvedRequest,
+        messages: &Value,
+        tools: Option<Value>,
+        mode: &str,
+        add_gen: bool,
+    ) -> Value {
         json!({
             "messages": messages,
             "tools": tools,
@@ -376,6 +385,9 @@ impl Prompter {
 /// - a history that opens with an assistant (or tool) message gets an empty user turn first;
 /// - tool-call ids become 9 alphanumerics (Mistral's templates reject any other id), mapped
 ///   stably so a call and its result keep matching.
+///
+/// One pass, in one function: the rules act on the same running state (the output so far, the
+/// pending system text, whether the history is still leading), so they read top to bottom.
 pub fn adapt_messages(messages: &[request::Message], system_role: bool) -> Vec<request::Message> {
     use request::{Content, Message};
     let short_id = |id: &str| -> String {

@@ -7,7 +7,7 @@ mod resolved;
 mod settings;
 
 pub use resolved::{random_id, ResolvedRequest, SamplingParams};
-pub use settings::{EngineSettings, Kind};
+pub use settings::{EngineSettings, HandleKind};
 
 use crate::error::{bail, Error, ErrorCode, Result};
 use serde::de::DeserializeOwned;
@@ -545,7 +545,10 @@ impl ChatRequest {
             bail!(InvalidArgument, "field `n`: only 1 is supported");
         }
         if self.reasoning_budget.is_some_and(|b| b < -1) {
-            bail!(InvalidArgument, "field `reasoning_budget`: must be -1 (unlimited), 0 (no thinking) or a number of tokens");
+            bail!(
+                InvalidArgument,
+                "field `reasoning_budget`: must be -1 (unlimited), 0 (no thinking) or a number of tokens"
+            );
         }
         Ok(())
     }

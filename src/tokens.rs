@@ -13,11 +13,10 @@ use std::sync::{Arc, OnceLock};
 pub type Token = sys::llama_token;
 
 /// A model's vocabulary. It holds the model, so the vocabulary stays valid as long as the
-/// `Vocab` lives; the indexes over it are built on first need and shared by every request.
+/// `Vocab` lives; the indexes over it are built on first need and shared by every request (any
+/// thread may use it: llama.cpp's vocabulary is immutable once loaded).
 pub struct Vocab {
-    /// Keeps `raw` alive.
     model: Arc<Model>,
-    raw: *const sys::llama_vocab,
     n_tokens: i32,
     /// piece text → token, built on first need (exact spelling, jump-forward).
     pieces: OnceLock<PieceIndex>,
@@ -25,30 +24,17 @@ pub struct Vocab {
     not_utf8: OnceLock<Vec<Token>>,
 }
 
-// SAFETY: a llama vocabulary is immutable after loading, and llama.cpp's vocabulary functions
-// only read it (the tokenizer's caches are per call), so any thread may use it; the model it
-// lives in is Send and Sync.
-unsafe impl Send for Vocab {}
-// SAFETY: as above.
-unsafe impl Sync for Vocab {}
-
 impl Vocab {
     /// The vocabulary of `model`.
     pub fn new(model: Arc<Model>) -> Vocab {
-        let raw = model.vocab();
         // SAFETY: the vocabulary of a live model.
-        let n_tokens = unsafe { sys::llama_vocab_n_tokens(raw) };
-        Vocab { model, raw, n_tokens, pieces: OnceLock::new(), not_utf8: OnceLock::new() }
-    }
-
-    /// The model this vocabulary belongs to.
-    pub fn model(&self) -> &Arc<Model> {
-        &self.model
+        let n_tokens = unsafe { sys::llama_vocab_n_tokens(model.vocab()) };
+        Vocab { model, n_tokens, pieces: OnceLock::new(), not_utf8: OnceLock::new() }
     }
 
     /// llama.cpp's vocabulary, for the grammar layer: valid as long as `self` lives.
     pub fn raw(&self) -> *const sys::llama_vocab {
-        self.raw
+        self.model.vocab()
     }
 
     /// How many tokens the vocabulary has (a logits row's length).
@@ -60,20 +46,20 @@ impl Vocab {
     /// needs), without adding BOS/EOS.
     pub fn tokenize(&self, text: &str) -> Result<Vec<Token>> {
         // SAFETY: the vocabulary lives as long as the model `self` holds.
-        unsafe { tokenize(self.raw, text, true) }
+        unsafe { tokenize(self.raw(), text, true) }
     }
 
     /// Tokenizes `text` as plain text: special tokens' text is not parsed.
     pub fn tokenize_literal(&self, text: &str) -> Result<Vec<Token>> {
         // SAFETY: as above.
-        unsafe { tokenize(self.raw, text, false) }
+        unsafe { tokenize(self.raw(), text, false) }
     }
 
     /// `text`'s tokens, with the model's BOS first when the vocabulary adds one.
     pub fn tokenize_with_bos(&self, text: &str) -> Result<Vec<Token>> {
         let mut toks = self.tokenize(text)?;
         // SAFETY: as above.
-        let (add_bos, bos) = unsafe { (sys::llama_vocab_get_add_bos(self.raw), sys::llama_vocab_bos(self.raw)) };
+        let (add_bos, bos) = unsafe { (sys::llama_vocab_get_add_bos(self.raw()), sys::llama_vocab_bos(self.raw())) };
         if add_bos && bos >= 0 && toks.first() != Some(&bos) {
             toks.insert(0, bos);
         }
@@ -92,20 +78,20 @@ impl Vocab {
     /// The bytes of `token` (special tokens rendered when `special`).
     pub fn piece(&self, token: Token, special: bool) -> Vec<u8> {
         // SAFETY: as above.
-        unsafe { piece(self.raw, token, special) }
+        unsafe { piece(self.raw(), token, special) }
     }
 
     /// Whether `token` ends a generation (EOS, EOT and the like).
     pub fn is_eog(&self, token: Token) -> bool {
         // SAFETY: as above.
-        unsafe { sys::llama_vocab_is_eog(self.raw, token) }
+        unsafe { sys::llama_vocab_is_eog(self.raw(), token) }
     }
 
     /// The model's end-of-turn token (EOT, else EOS): what ends a reply once its one allowed
     /// call is complete. None when the vocabulary has neither.
     pub fn end_of_turn(&self) -> Option<Token> {
         // SAFETY: as above.
-        let (eot, eos) = unsafe { (sys::llama_vocab_eot(self.raw), sys::llama_vocab_eos(self.raw)) };
+        let (eot, eos) = unsafe { (sys::llama_vocab_eot(self.raw()), sys::llama_vocab_eos(self.raw())) };
         Some(if eot >= 0 { eot } else { eos }).filter(|t| *t >= 0)
     }
 
@@ -146,11 +132,7 @@ fn with_growing_buffer<T: Clone + Default>(initial: usize, mut call: impl FnMut(
 ///
 /// # Safety
 /// `vocab` must be a valid llama vocabulary for the duration of the call.
-unsafe fn tokenize(
-    vocab: *const sys::llama_vocab,
-    text: &str,
-    parse_special: bool,
-) -> Result<Vec<Token>> {
+unsafe fn tokenize(vocab: *const sys::llama_vocab, text: &str, parse_special: bool) -> Result<Vec<Token>> {
     let len =
         i32::try_from(text.len()).map_err(|_| Error::new(ErrorCode::ContextOverflow, "prompt larger than 2 GB"))?;
     with_growing_buffer(text.len() + 4, |buf: &mut [Token]| {

@@ -1094,6 +1094,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_strict_grammar_starts_with_its_lead_and_one_call_where_one_is_allowed() {
+        let section = "root ::= tool-calls\ntool-calls ::= tool-call+\ntool-call ::= \"x\"\n";
+        let one = strict_grammar(section, Lead::None, true);
+        assert_eq!(one.lines().next(), Some("root ::= llb-tool-section"));
+        assert!(!admits_one_call(&one), "the root names tool-calls, not tool-call: {one}");
+        let bare = "root ::= tool-call | tool-calls\ntool-calls ::= tool-call+\ntool-call ::= \"x\"\n";
+        let one = strict_grammar(bare, Lead::None, true);
+        assert!(admits_one_call(&one), "{one}");
+        assert!(!admits_one_call(&strict_grammar(bare, Lead::None, false)));
+        assert!(one.ends_with("llb-ws ::= \"\"\n"), "{one}");
+        let close = strict_grammar(section, Lead::Close { end: "</think>" }, false);
+        assert!(close.starts_with("root ::= \"</think>\" llb-ws llb-tool-section\n"), "{close}");
+        let optional = strict_grammar(section, Lead::Optional { start: "<think>", end: "</think>" }, false);
+        assert!(optional.starts_with("root ::= (\"<think>\" "), "{optional}");
+        assert!(optional.lines().next().unwrap().ends_with("\"</think>\" llb-ws)? llb-tool-section"), "{optional}");
+        assert!(optional.contains("llb-tool-section ::= tool-calls\n"), "{optional}");
+    }
+
+    #[test]
     fn exclusion_group_is_found_past_literals_and_classes() {
         let body = r#"("<p name=\"" "city" "\">") ([^<] | "<" [^/] | "</" [^p])* "</p>""#;
         let (a, b) = find_exclusion_group(body).unwrap();

@@ -195,11 +195,11 @@ fn random_seed() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{EngineConfig, Kind};
+    use crate::request::{EngineConfig, HandleKind};
 
     fn settings(config: Value) -> EngineSettings {
         let c: EngineConfig = serde_json::from_value(config).unwrap();
-        EngineSettings::resolve(&c, Kind::Engine, None).unwrap()
+        EngineSettings::resolve(&c, HandleKind::Engine, None).unwrap()
     }
 
     fn resolve(req: Value, s: &EngineSettings) -> Result<ResolvedRequest> {

@@ -30,7 +30,7 @@ pub const MAX_THREADS: i32 = 512;
 /// What a config opens: an engine (`llb_chat_create`: one conversation, one request at a time)
 /// or a pool (`llb_pool_create`: `n_parallel` requests at once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum HandleKind {
     Engine,
     Pool,
 }
@@ -84,12 +84,15 @@ pub struct EngineSettings {
 impl EngineConfig {
     /// Checks what serde cannot (value ranges, and fields only a pool takes), before the model
     /// is opened.
-    pub fn validate(&self, kind: Kind) -> Result<()> {
+    pub fn validate(&self, kind: HandleKind) -> Result<()> {
         if self.n_ctx == Some(0) || self.n_batch == Some(0) {
             bail!(InvalidArgument, "n_ctx and n_batch must be positive");
         }
         if self.reasoning_budget.is_some_and(|b| b < -1) {
-            bail!(InvalidArgument, "field `reasoning_budget`: must be -1 (unlimited), 0 (no thinking) or a number of tokens");
+            bail!(
+                InvalidArgument,
+                "field `reasoning_budget`: must be -1 (unlimited), 0 (no thinking) or a number of tokens"
+            );
         }
         if self.n_threads.is_some_and(|t| t <= 0) {
             bail!(InvalidArgument, "field `n_threads`: must be positive");
@@ -101,17 +104,17 @@ impl EngineConfig {
             bail!(InvalidArgument, "field `thread_poll`: must be 0 to 100");
         }
         match (self.n_parallel, kind) {
-            (Some(n), Kind::Pool) if n == 0 || n as usize > MAX_SEQ_IDS / 2 => {
+            (Some(n), HandleKind::Pool) if n == 0 || n as usize > MAX_SEQ_IDS / 2 => {
                 bail!(InvalidArgument, "field `n_parallel`: must be 1 to {}", MAX_SEQ_IDS / 2)
             }
-            (Some(n), Kind::Engine) if n != 1 => bail!(
+            (Some(n), HandleKind::Engine) if n != 1 => bail!(
                 InvalidArgument,
                 "field `n_parallel`: an engine (llb_chat_create) runs one request at a time; open a pool \
                  (llb_pool_create) to serve {n} at once"
             ),
             _ => {}
         }
-        if self.max_queue.is_some() && kind == Kind::Engine {
+        if self.max_queue.is_some() && kind == HandleKind::Engine {
             bail!(InvalidArgument, "field `max_queue`: only pools (llb_pool_create) queue requests");
         }
         Ok(())
@@ -121,10 +124,10 @@ impl EngineConfig {
 impl EngineSettings {
     /// `config` (checked by [`EngineConfig::validate`]) with every default filled in.
     /// `n_ctx_train` is the model's training context, when its header gives one.
-    pub fn resolve(config: &EngineConfig, kind: Kind, n_ctx_train: Option<u32>) -> Result<EngineSettings> {
+    pub fn resolve(config: &EngineConfig, kind: HandleKind, n_ctx_train: Option<u32>) -> Result<EngineSettings> {
         let n_parallel = match kind {
-            Kind::Engine => 1,
-            Kind::Pool => config.n_parallel.unwrap_or(DEFAULT_N_PARALLEL),
+            HandleKind::Engine => 1,
+            HandleKind::Pool => config.n_parallel.unwrap_or(DEFAULT_N_PARALLEL),
         };
         let (n_ctx, max_seq) = context_size(config.n_ctx, n_ctx_train, n_parallel)?;
         let n_batch = config.n_batch.unwrap_or(DEFAULT_N_BATCH).min(n_ctx);
@@ -135,8 +138,8 @@ impl EngineSettings {
             n_batch,
             n_ubatch: n_batch.min(MAX_UBATCH),
             n_slots: match kind {
-                Kind::Engine => 1,
-                Kind::Pool => (n_parallel as usize * SLOTS_PER_PARALLEL).min(MAX_SEQ_IDS),
+                HandleKind::Engine => 1,
+                HandleKind::Pool => (n_parallel as usize * SLOTS_PER_PARALLEL).min(MAX_SEQ_IDS),
             },
             max_queue: config.max_queue.unwrap_or(n_parallel * DEFAULT_QUEUE_PER_PARALLEL) as usize,
             n_threads: config.n_threads.map_or(crate::threads::total(), |t| t as usize),
@@ -180,18 +183,18 @@ mod tests {
     #[test]
     fn defaults_are_resolved_once() {
         let c = config(serde_json::json!({"model_path": "m.gguf"}));
-        let e = EngineSettings::resolve(&c, Kind::Engine, Some(32768)).unwrap();
+        let e = EngineSettings::resolve(&c, HandleKind::Engine, Some(32768)).unwrap();
         assert_eq!((e.n_parallel, e.n_ctx, e.max_seq, e.n_batch, e.n_ubatch), (1, 4096, 4096, 512, 512));
         assert_eq!((e.n_slots, e.max_queue), (1, 16));
         assert!(e.adaptive_threads && e.deterministic_call_syntax && e.jump_forward);
         assert_eq!((e.thread_poll, e.seed, e.reasoning_budget), (0, None, None));
-        let p = EngineSettings::resolve(&c, Kind::Pool, Some(2048)).unwrap();
+        let p = EngineSettings::resolve(&c, HandleKind::Pool, Some(2048)).unwrap();
         assert_eq!((p.n_parallel, p.n_ctx, p.max_seq, p.n_slots, p.max_queue), (4, 8192, 2048, 16, 64));
         let c = config(serde_json::json!({"model_path": "m.gguf", "n_ctx": 256, "n_batch": 1024}));
-        let e = EngineSettings::resolve(&c, Kind::Engine, Some(512)).unwrap();
+        let e = EngineSettings::resolve(&c, HandleKind::Engine, Some(512)).unwrap();
         assert_eq!((e.n_ctx, e.n_batch, e.n_ubatch), (256, 256, 256), "the batch is at most the context");
         let c = config(serde_json::json!({"model_path": "m.gguf", "n_ctx": 1024}));
-        assert!(EngineSettings::resolve(&c, Kind::Engine, Some(512)).is_err(), "past the training context");
-        assert_eq!(EngineSettings::resolve(&c, Kind::Pool, Some(512)).unwrap().max_seq, 512);
+        assert!(EngineSettings::resolve(&c, HandleKind::Engine, Some(512)).is_err(), "past the training context");
+        assert_eq!(EngineSettings::resolve(&c, HandleKind::Pool, Some(512)).unwrap().max_seq, 512);
     }
 }
