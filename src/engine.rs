@@ -1,7 +1,9 @@
 //! Engines and pools: the handles behind `llb_chat_*` and `llb_pool_*`.
 //!
-//! Both are a model's chat side ([`Prompter`]) and vocabulary ([`Vocab`]) over one scheduler ([`Scheduler`]: a llama
-//! context whose sequences requests share) and a book of the model's replies for exact replay.
+//! Both are a model's chat side ([`Prompter`]) and vocabulary ([`Vocab`]) over one scheduler
+//! ([`Scheduler`]: a llama context whose sequences requests share) and a book of the model's
+//! replies for exact replay. A config is resolved once, at create, into [`EngineSettings`]; a
+//! request, before it runs, into a [`ResolvedRequest`].
 //! An engine is one conversation: one sequence, one request at a time (`busy` otherwise), events
 //! to the callback given at creation. A pool serves many requests at once on `n_parallel`
 //! sequences of one batched context, sharing prompt prefixes across them; each call brings its
