@@ -8,6 +8,7 @@
 //!
 //! The budget is the machine's available parallelism, or `LLB_THREAD_BUDGET` when set.
 
+use crate::sys;
 use std::sync::{Condvar, Mutex, OnceLock};
 
 struct Budget {
@@ -78,12 +79,246 @@ impl Drop for Permit {
     }
 }
 
+/// A context's compute threads: one ggml thread pool made with the context and attached to it,
+/// instead of the pool ggml otherwise creates and joins for every graph. Its threads wait for
+/// the next graph polling at `poll` (0-100, llama.cpp's `--poll`; 0 sleeps at once, leaving
+/// the cores to the host), and a decode uses as many of them as its permit says.
+pub struct ComputePool(*mut sys::ggml_threadpool);
+
+// SAFETY: the pool is driven only by the thread that decodes on its context (the scheduler's);
+// moving the handle to that thread is all that happens.
+unsafe impl Send for ComputePool {}
+
+impl ComputePool {
+    /// Makes a pool of `n_threads` and attaches it to `ctx`; `None` (and ggml's per-graph pools
+    /// stay in use) when ggml cannot make it.
+    ///
+    /// # Safety
+    /// `ctx` is a live context; the pool must outlive every decode on it (drop the context first).
+    pub unsafe fn attach(ctx: *mut sys::llama_context, n_threads: usize, poll: u32) -> Option<ComputePool> {
+        // SAFETY: plain value from ggml; the pool copies what it needs from `params`.
+        let pool = unsafe {
+            let mut params = sys::ggml_threadpool_params_default(n_threads.clamp(1, i32::MAX as usize) as i32);
+            params.poll = poll.min(100);
+            sys::ggml_threadpool_new(&mut params)
+        };
+        if pool.is_null() {
+            return None;
+        }
+        // SAFETY: live context (caller) and a live pool, used for single tokens and batches alike.
+        unsafe { sys::llama_attach_threadpool(ctx, pool, pool) };
+        Some(ComputePool(pool))
+    }
+
+    /// Frees the pool. Call after the context that used it is freed; a pool whose context is
+    /// leaked (see `backend::must_leak`) is leaked with it by not calling this.
+    pub fn free(self) {
+        // SAFETY: made by ggml_threadpool_new, freed once (self is consumed), no context uses it.
+        unsafe { sys::ggml_threadpool_free(self.0) };
+    }
+}
+
+/// Steps between probes of another thread count: first soon, then ever rarer while the
+/// current count stays the fastest (a probe at a worse count costs one slower step).
+const PROBE_FIRST: u32 = 8;
+const PROBE_MAX: u32 = 256;
+/// A probed count must be this much faster than the current one to take its place.
+const SWITCH_GAIN: f64 = 0.9;
+/// The current count's step time moving by this factor means the machine changed: probe soon.
+const SHIFT: f64 = 1.5;
+/// Weight of a new step time in the running mean.
+const ALPHA: f64 = 0.25;
+
+/// Chooses how many compute threads a context's decodes use, from the step times it measures.
+///
+/// ggml's threads meet at a spinning barrier after every graph node, so a thread that shares its
+/// core with a busy neighbour (the host's GC, another process) makes the others wait a whole
+/// scheduler slice at each node: with one of two cores taken, two threads decode at a ninth of
+/// their idle speed where one thread keeps more than half (docs/scaling.md, "Sharing the cores").
+/// The tuner runs at its current count, now and then probes one step at a neighbouring count,
+/// and moves when the probe was clearly faster. Steps are compared only with steps of the same
+/// shape (batch size, in powers of two). Pure: no clock, no FFI; the scheduler feeds it.
+#[derive(Debug)]
+pub struct Tuner {
+    max: usize,
+    /// The count chosen last, by any shape: where a shape not seen yet starts.
+    last: usize,
+    shapes: Vec<Shape>,
+}
+
+#[derive(Debug, Clone)]
+struct Shape {
+    current: usize,
+    /// Running mean of the step time at `current`, seconds.
+    mean: Option<f64>,
+    /// `mean` when the current count was last confirmed.
+    baseline: Option<f64>,
+    steps: u32,
+    next_probe: u32,
+    interval: u32,
+    /// The next probe goes below the current count (else above).
+    probe_down: bool,
+    /// The count being probed by the step in flight.
+    probing: Option<usize>,
+}
+
+impl Shape {
+    fn new(current: usize) -> Shape {
+        Shape {
+            current,
+            mean: None,
+            baseline: None,
+            steps: 0,
+            next_probe: PROBE_FIRST,
+            interval: PROBE_FIRST,
+            probe_down: true,
+            probing: None,
+        }
+    }
+}
+
+impl Tuner {
+    /// A tuner for decodes of at most `max` threads (the config's `n_threads`).
+    pub fn new(max: usize) -> Tuner {
+        let max = max.max(1);
+        Tuner { max, last: max, shapes: Vec::new() }
+    }
+
+    fn shape(&mut self, n_tokens: usize) -> &mut Shape {
+        let i = n_tokens.max(1).next_power_of_two().trailing_zeros() as usize;
+        if self.shapes.len() <= i {
+            self.shapes.resize(i + 1, Shape::new(self.last));
+        }
+        &mut self.shapes[i]
+    }
+
+    /// The thread count for the next decode of `n_tokens` tokens.
+    pub fn choose(&mut self, n_tokens: usize) -> usize {
+        let max = self.max;
+        let s = self.shape(n_tokens);
+        s.probing = None;
+        if max > 1 && s.steps >= s.next_probe {
+            let down = s.current > 1 && (s.probe_down || s.current == max);
+            let probe = if down { s.current - 1 } else { s.current + 1 };
+            s.probe_down = !s.probe_down;
+            s.probing = Some(probe);
+            return probe;
+        }
+        s.current
+    }
+
+    /// Records that a decode of `n_tokens` tokens on `n` threads took `secs` seconds (`n` may
+    /// be less than chosen when the process budget gave fewer).
+    pub fn record(&mut self, n_tokens: usize, n: usize, secs: f64) {
+        let s = self.shape(n_tokens);
+        s.steps = s.steps.saturating_add(1);
+        if let Some(probe) = s.probing.take() {
+            s.next_probe = s.steps.saturating_add(s.interval);
+            if n == probe && s.mean.is_some_and(|m| secs < m * SWITCH_GAIN) {
+                s.current = probe;
+                s.mean = Some(secs);
+                s.baseline = Some(secs);
+                s.interval = PROBE_FIRST;
+                s.next_probe = s.steps.saturating_add(PROBE_FIRST);
+            } else {
+                s.interval = (s.interval * 2).min(PROBE_MAX);
+            }
+            let current = s.current;
+            self.last = current;
+            return;
+        }
+        if n != s.current {
+            return;
+        }
+        let mean = s.mean.map_or(secs, |m| m + ALPHA * (secs - m));
+        s.mean = Some(mean);
+        let base = *s.baseline.get_or_insert(mean);
+        if mean > base * SHIFT || mean * SHIFT < base {
+            // The machine changed under this count: look around again soon.
+            s.baseline = Some(mean);
+            s.interval = PROBE_FIRST;
+            s.next_probe = s.next_probe.min(s.steps.saturating_add(1));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// The budget is process-wide: these tests must not overlap.
     static SERIAL: Mutex<()> = Mutex::new(());
+
+    /// Feeds `steps` decodes of one token to a tuner whose step time on `n` threads is `cost(n)`.
+    fn run(t: &mut Tuner, steps: usize, cost: impl Fn(usize) -> f64) -> Vec<usize> {
+        (0..steps)
+            .map(|_| {
+                let n = t.choose(1);
+                t.record(1, n, cost(n));
+                n
+            })
+            .collect()
+    }
+
+    fn share(counts: &[usize], n: usize) -> f64 {
+        counts.iter().filter(|c| **c == n).count() as f64 / counts.len() as f64
+    }
+
+    #[test]
+    fn an_idle_machine_keeps_every_thread_and_probes_ever_rarer() {
+        let mut t = Tuner::new(2);
+        let idle = |n: usize| if n == 2 { 0.0073 } else { 0.012 };
+        let counts = run(&mut t, 2000, idle);
+        assert!(share(&counts, 2) > 0.99, "probes cost under 1% of the steps");
+        assert!(counts[1000..].iter().filter(|c| **c == 1).count() <= 5, "one probe in 256 steps once settled");
+    }
+
+    #[test]
+    fn a_taken_core_moves_to_fewer_threads_and_a_freed_one_moves_back() {
+        let mut t = Tuner::new(2);
+        let idle = |n: usize| if n == 2 { 0.0073 } else { 0.012 };
+        let busy = |n: usize| if n == 2 { 0.068 } else { 0.013 };
+        run(&mut t, 500, idle);
+        let counts = run(&mut t, 200, busy);
+        assert!(counts[..20].contains(&1), "the change is seen within a few steps");
+        assert!(share(&counts[20..], 1) > 0.97, "then one thread, with rare probes at two");
+        let counts = run(&mut t, 600, idle);
+        assert_eq!(counts[counts.len() - 1], 2, "a freed core is taken back");
+        assert!(share(&counts[300..], 2) > 0.97);
+    }
+
+    #[test]
+    fn a_probe_must_be_clearly_faster_to_win_and_counts_stay_within_the_ceiling() {
+        let mut t = Tuner::new(4);
+        // 3 threads 5% faster than 4: not worth a move. 1 thread never.
+        let cost = |n: usize| match n {
+            4 => 0.010,
+            3 => 0.0096,
+            2 => 0.014,
+            _ => 0.025,
+        };
+        let counts = run(&mut t, 1000, cost);
+        assert!(counts.iter().all(|c| (1..=4).contains(c)));
+        assert!(share(&counts, 4) > 0.98);
+        assert_eq!(Tuner::new(1).choose(1), 1);
+        let mut one = Tuner::new(1);
+        assert!(run(&mut one, 100, |_| 0.01).iter().all(|c| *c == 1), "a ceiling of 1 never probes");
+    }
+
+    #[test]
+    fn shapes_are_compared_only_with_themselves() {
+        let mut t = Tuner::new(2);
+        // Prompt chunks (512 tokens) are slow per step but scale with threads: never mixed with
+        // single-token steps, whose own best count is 1 here.
+        for _ in 0..400 {
+            let n = t.choose(512);
+            t.record(512, n, if n == 2 { 0.20 } else { 0.38 });
+            let n = t.choose(1);
+            t.record(1, n, if n == 2 { 0.02 } else { 0.01 });
+        }
+        assert_eq!(t.choose(512), 2);
+        assert_eq!(t.choose(1), 1);
+    }
 
     #[test]
     fn permits_never_exceed_the_budget() {

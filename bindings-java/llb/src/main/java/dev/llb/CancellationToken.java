@@ -1,13 +1,13 @@
 package dev.llb;
 
 /**
- * Cancels a running {@link ChatEngine#infer} or {@link ChatEngine#stream} from any thread,
- * including from the stream's own chunk consumer.
+ * Cancels a running {@link Chat#infer} or {@link Chat#stream} (of an engine or a pool) from any
+ * thread, including from the stream's own chunk consumer.
  *
  * <p>llb polls it at its next event: after each prompt batch, with every streamed chunk and at
  * least every 16 generated tokens. The call then returns the partial completion with
- * {@code finish_reason "cancelled"} and the engine stays usable. A token stays cancelled; use a
- * new one per call unless one switch should stop several calls.
+ * {@code finish_reason "cancelled"} and the engine or pool stays usable. A token stays
+ * cancelled; use a new one per call unless one switch should stop several calls.
  */
 public final class CancellationToken {
     private volatile boolean cancelled;

@@ -5,9 +5,9 @@ import java.util.function.Consumer;
 import java.util.function.UnaryOperator;
 
 /**
- * One {@code infer} or {@code stream} call of a {@link ChatEngine} or a {@link ChatPool}: its
- * arguments, checked as both classes' public methods document them, and the native call that runs
- * it with its upcalls routed through an {@link EventDispatcher}.
+ * One {@code infer} or {@code stream} call of a {@link Chat} (an engine or a pool): its
+ * arguments, checked as {@link Chat}'s public methods document them, and the native call that
+ * runs it with its upcalls routed through an {@link EventDispatcher}.
  *
  * @param requestJson the request, with {@code "stream":true} for a stream
  * @param onChunk receives each {@code chat.completion.chunk} JSON, or null (infer)

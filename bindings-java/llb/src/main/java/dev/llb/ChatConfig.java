@@ -22,8 +22,9 @@ import java.util.Objects;
  * @param backendOptions the device and memory fields by their config names ({@code n_gpu_layers},
  *     {@code main_gpu}, {@code split_mode}, {@code tensor_split}, {@code devices},
  *     {@code flash_attn}, {@code offload_kqv}, {@code type_k}, {@code type_v}, {@code use_mmap},
- *     {@code use_mlock}, {@code rpc_servers}; see docs/scaling.md), set with the {@code with}
- *     methods below; llb checks them when the engine or pool opens
+ *     {@code use_mlock}, {@code rpc_servers}; see docs/scaling.md) and the thread settings
+ *     ({@code adaptive_threads}, {@code thread_poll}), set with the {@code with} methods below;
+ *     llb checks them when the engine or pool opens
  */
 public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, Integer batchSize, Long seed,
         Map<String, Object> chatTemplateKwargs, Map<String, Object> backendOptions) {
@@ -110,6 +111,31 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
      */
     public ChatConfig withChatTemplateKwargs(Map<String, Object> kwargs) {
         return new ChatConfig(modelPath, contextSize, threads, batchSize, seed, kwargs, backendOptions);
+    }
+
+    /**
+     * Sets {@code adaptive_threads}: whether the decode threads follow the cores the machine
+     * gives, fewer while other processes or the host's own threads (garbage collector, JIT,
+     * request threads) hold cores; {@link #withThreads n_threads} stays the ceiling. Off, every
+     * decode asks for the full thread count (docs/scaling.md).
+     *
+     * @param adaptive default false (off until issue 23's benchmark confirms the idle speed)
+     * @return a copy with it set
+     */
+    public ChatConfig withAdaptiveThreads(boolean adaptive) {
+        return withOption("adaptive_threads", adaptive);
+    }
+
+    /**
+     * Sets {@code thread_poll}: how hard idle compute threads poll for the next piece of work
+     * before they sleep, as llama.cpp's {@code --poll}. 0 sleeps at once, leaving the cores to the
+     * host; higher values trade CPU time for latency on a machine llb has to itself.
+     *
+     * @param level 0 to 100 (default 0); llb refuses others with {@code invalid_argument}
+     * @return a copy with it set
+     */
+    public ChatConfig withThreadPoll(int level) {
+        return withOption("thread_poll", level);
     }
 
     /**

@@ -7,11 +7,11 @@ import java.lang.ref.Reference;
 import java.nio.file.Path;
 import java.util.Objects;
 import java.util.concurrent.locks.ReentrantLock;
-import java.util.function.Consumer;
 
 /**
  * One conversation's llb engine: a llama.cpp context (KV cache) over a model whose weights are
- * shared by every engine open on the same file.
+ * shared by every engine open on the same file. Its calls ({@code infer}, {@code stream}) are
+ * {@link Chat}'s, as a {@link ChatPool}'s are.
  *
  * <h2>Threads</h2>
  * An engine runs one request at a time. A call made while another thread's call is running on
@@ -34,7 +34,7 @@ import java.util.function.Consumer;
  * engine is dropped unclosed, as a safety net only. Any call after close throws
  * {@link IllegalStateException}.
  */
-public final class ChatEngine implements AutoCloseable {
+public final class ChatEngine extends Chat {
     private static final Cleaner CLEANER = Cleaner.create();
 
     private final MemorySegment handle;
@@ -105,60 +105,8 @@ public final class ChatEngine implements AutoCloseable {
         return open(ChatConfig.of(model));
     }
 
-    /**
-     * Runs one OpenAI chat completion and returns the {@code chat.completion} JSON.
-     *
-     * @param requestJson an OpenAI chat-completions request
-     * @return the {@code chat.completion} JSON
-     * @throws LlbException with llb's code: {@code invalid_json}, {@code invalid_argument} (the
-     *     message names the field), {@code context_overflow}, {@code busy}, ...
-     * @throws IllegalStateException after {@link #close()}
-     */
-    public String infer(String requestJson) {
-        return run(ChatCall.infer(requestJson));
-    }
-
-    /**
-     * {@link #infer(String)}, cancellable from another thread with {@code cancel}.
-     *
-     * @param requestJson an OpenAI chat-completions request
-     * @param cancel cancels the call from any thread
-     * @return the {@code chat.completion} JSON ({@code finish_reason "cancelled"} when cancelled)
-     */
-    public String infer(String requestJson, CancellationToken cancel) {
-        return run(ChatCall.infer(requestJson, cancel));
-    }
-
-    /**
-     * Runs one chat completion with {@code "stream":true} (added when missing), handing each
-     * {@code chat.completion.chunk} JSON to {@code onChunk} as llb produces it, on this thread.
-     * Returns the final {@code chat.completion} JSON, whose message is what the chunks add up to.
-     *
-     * <p>An exception from {@code onChunk} cancels the generation and is rethrown from here.
-     *
-     * @param requestJson an OpenAI chat-completions request
-     * @param onChunk receives each {@code chat.completion.chunk} JSON
-     * @return the final {@code chat.completion} JSON
-     */
-    public String stream(String requestJson, Consumer<String> onChunk) {
-        return run(ChatCall.stream(requestJson, onChunk));
-    }
-
-    /**
-     * {@link #stream(String, Consumer)}, cancellable with {@code cancel} from any thread, or from
-     * {@code onChunk} itself. Chunks that llb sends after the cancellation (the final delta with
-     * {@code finish_reason "cancelled"}) are still delivered.
-     *
-     * @param requestJson an OpenAI chat-completions request
-     * @param onChunk receives each {@code chat.completion.chunk} JSON
-     * @param cancel cancels the call from any thread
-     * @return the final {@code chat.completion} JSON
-     */
-    public String stream(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
-        return run(ChatCall.stream(requestJson, onChunk, cancel));
-    }
-
-    private String run(ChatCall call) {
+    @Override
+    String run(ChatCall call) {
         ensureOpen();
         // Held for the whole native call. Re-entry from a callback of this engine is "busy" too.
         if (callLock.isHeldByCurrentThread() || !callLock.tryLock()) {
@@ -176,11 +124,6 @@ public final class ChatEngine implements AutoCloseable {
         }
     }
 
-    /**
-     * Frees the engine. Idempotent and callable from any thread: a call running on another thread
-     * is cancelled and waited for; called from this engine's own chunk consumer, the engine is
-     * freed as soon as the running call returns.
-     */
     @Override
     public void close() {
         closed = true;
@@ -201,11 +144,7 @@ public final class ChatEngine implements AutoCloseable {
         return handle;
     }
 
-    /**
-     * Whether {@link #close()} has been called.
-     *
-     * @return true once closed
-     */
+    @Override
     public boolean isClosed() {
         return closed;
     }

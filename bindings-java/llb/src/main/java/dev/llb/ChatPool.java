@@ -7,11 +7,11 @@ import java.lang.ref.Reference;
 import java.util.HashSet;
 import java.util.Objects;
 import java.util.Set;
-import java.util.function.Consumer;
 
 /**
  * Many conversations at once on one model: an llb pool ({@code llb_pool_*}), one batched
- * llama.cpp context whose sequences the requests share.
+ * llama.cpp context whose sequences the requests share. Its calls ({@code infer}, {@code stream})
+ * are {@link Chat}'s, as a {@link ChatEngine}'s are.
  *
  * <p>Every running request's next token goes into one batched decode; prompts are evaluated in
  * chunks between the others' steps; a prompt prefix any sequence already holds (the same system
@@ -36,7 +36,7 @@ import java.util.function.Consumer;
  * As for {@link ChatEngine}: whatever a chunk consumer throws cancels its own request and is
  * rethrown from that call once llb has returned.
  */
-public final class ChatPool implements AutoCloseable {
+public final class ChatPool extends Chat {
     private static final Cleaner CLEANER = Cleaner.create();
 
     private final MemorySegment handle;
@@ -103,55 +103,6 @@ public final class ChatPool implements AutoCloseable {
     }
 
     /**
-     * Runs one OpenAI chat completion and returns the {@code chat.completion} JSON.
-     *
-     * @param requestJson an OpenAI chat-completions request
-     * @return the {@code chat.completion} JSON
-     * @throws LlbException with llb's code: {@code invalid_json}, {@code invalid_argument},
-     *     {@code context_overflow}, {@code queue_full}, ...
-     * @throws IllegalStateException after {@link #close()}
-     */
-    public String infer(String requestJson) {
-        return run(ChatCall.infer(requestJson));
-    }
-
-    /**
-     * {@link #infer(String)}, cancellable from another thread with {@code cancel}.
-     *
-     * @param requestJson an OpenAI chat-completions request
-     * @param cancel cancels this request only
-     * @return the {@code chat.completion} JSON ({@code finish_reason "cancelled"} when cancelled)
-     */
-    public String infer(String requestJson, CancellationToken cancel) {
-        return run(ChatCall.infer(requestJson, cancel));
-    }
-
-    /**
-     * Runs one chat completion with {@code "stream":true} (added when missing), handing each
-     * {@code chat.completion.chunk} JSON to {@code onChunk} on this thread. Returns the final
-     * {@code chat.completion} JSON.
-     *
-     * @param requestJson an OpenAI chat-completions request
-     * @param onChunk receives each {@code chat.completion.chunk} JSON
-     * @return the final {@code chat.completion} JSON
-     */
-    public String stream(String requestJson, Consumer<String> onChunk) {
-        return run(ChatCall.stream(requestJson, onChunk));
-    }
-
-    /**
-     * {@link #stream(String, Consumer)}, cancellable with {@code cancel}.
-     *
-     * @param requestJson an OpenAI chat-completions request
-     * @param onChunk receives each {@code chat.completion.chunk} JSON
-     * @param cancel cancels this request only
-     * @return the final {@code chat.completion} JSON
-     */
-    public String stream(String requestJson, Consumer<String> onChunk, CancellationToken cancel) {
-        return run(ChatCall.stream(requestJson, onChunk, cancel));
-    }
-
-    /**
      * The pool's state as llb reports it: {@code {"type":"pool_stats","n_slots","n_parallel",
      * "n_ctx","running","queued","tokens_held":[...],"lost":null}}; {@code lost} is the message of the error that made the pool unusable (an RPC server lost mid-request).
      *
@@ -166,7 +117,8 @@ public final class ChatPool implements AutoCloseable {
         }
     }
 
-    private String run(ChatCall call) {
+    @Override
+    String run(ChatCall call) {
         EventDispatcher events = new EventDispatcher();
         enter(events);
         try {
@@ -204,11 +156,6 @@ public final class ChatPool implements AutoCloseable {
         Reference.reachabilityFence(this);
     }
 
-    /**
-     * Frees the pool. Idempotent and callable from any thread: running calls are cancelled and
-     * waited for; called from a chunk consumer of this pool, the pool is freed as soon as the
-     * running calls return.
-     */
     @Override
     public void close() {
         synchronized (lock) {
@@ -232,11 +179,7 @@ public final class ChatPool implements AutoCloseable {
         }
     }
 
-    /**
-     * Whether {@link #close()} has been called.
-     *
-     * @return true once closed
-     */
+    @Override
     public boolean isClosed() {
         synchronized (lock) {
             return closed;

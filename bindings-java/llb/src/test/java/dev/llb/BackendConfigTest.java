@@ -3,6 +3,7 @@ package dev.llb;
 import static dev.llb.Completions.assertOneValidToolCall;
 import static dev.llb.Completions.message;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -15,9 +16,10 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * The device and memory fields of the config (issue 11) through Java: every bad value is an
- * {@link LlbException} naming the field, from {@link ChatEngine#open} and {@link ChatPool#open}
- * alike, and a config with every field at a valid value serves a tool call.
+ * The device and memory fields of the config (issue 11) and its thread settings (issue 23)
+ * through Java: every bad value is an {@link LlbException} naming the field, from
+ * {@link ChatEngine#open} and {@link ChatPool#open} alike, and a config with every field at a
+ * valid value serves a tool call.
  */
 class BackendConfigTest {
     @TempDir
@@ -91,5 +93,30 @@ class BackendConfigTest {
         try (ChatPool pool = ChatPool.open(config, 2)) {
             assertOneValidToolCall(message(pool.infer(Requests.toolRequired())));
         }
+    }
+
+    @Test
+    void threadSettingsReachLlbAndAreChecked() {
+        ChatConfig config = Fixtures.config(tools).withAdaptiveThreads(false).withThreadPoll(50);
+        var json = Json.parse(config.toJson());
+        assertTrue(json.path("adaptive_threads").isBoolean(), config.toJson());
+        assertFalse(json.path("adaptive_threads").booleanValue(), config.toJson());
+        assertTrue(json.path("thread_poll").isInt(), config.toJson());
+        assertEquals(50, json.path("thread_poll").intValue(), config.toJson());
+        assertEquals(true, Json.parse(Fixtures.config(tools).withAdaptiveThreads(true).toJson())
+                .path("adaptive_threads").booleanValue());
+        // Unset: left out, so llb's defaults (fixed threads, poll 0) apply.
+        var unset = Json.parse(Fixtures.config(tools).toJson());
+        assertTrue(unset.path("adaptive_threads").isMissingNode() && unset.path("thread_poll").isMissingNode(), unset.toString());
+
+        try (ChatEngine engine = ChatEngine.open(config)) {
+            assertOneValidToolCall(message(engine.infer(Requests.toolRequired())));
+        }
+        try (ChatPool pool = ChatPool.open(config.withAdaptiveThreads(true).withThreadPoll(0), 2)) {
+            assertOneValidToolCall(message(pool.infer(Requests.toolRequired())));
+        }
+        refused(c -> c.withThreadPoll(101), "invalid_argument", "thread_poll");
+        refused(c -> c.withThreadPoll(-1), "invalid_argument", "thread_poll");
+        refused(c -> c.withOption("adaptive_threads", "yes"), "invalid_argument", "adaptive_threads");
     }
 }

@@ -18,14 +18,17 @@ import java.util.concurrent.Executors;
  * {@code GET /v1/models}, {@code POST /v1/chat/completions} (JSON, or Server-Sent Events with
  * {@code "stream":true}), errors as OpenAI error objects.
  *
- * <pre>run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N] [--ctx N]</pre>
+ * <pre>run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N]
+ *     [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N]</pre>
  *
  * <p>{@code --port 0} picks a free port; the first line on stdout says which. Every request runs
  * on one llb pool ({@link ChatPool}): up to {@code --parallel} decode at once in one batched
  * context, sharing prompt prefixes; up to {@code --queue} more wait (llb's default: 16 per
  * parallel request), and past that a request gets 503 {@code queue_full}. {@code --ctx} is the
  * KV budget all requests share (llb's default: 4096 tokens per parallel request);
- * {@code --threads} defaults to llb's process-wide budget (the machine's cores).
+ * {@code --threads} defaults to llb's process-wide budget (the machine's cores) and is the ceiling
+ * of the decode threads; {@code --adaptive-threads} and {@code --thread-poll} are llb's
+ * {@code adaptive_threads} (default false for now) and {@code thread_poll} (default 0).
  * {@code /v1/models} reports the model's {@code supports_tools} and {@code caps} ({@link Llb#modelInfo}).
  * A model that llb refuses for lack of tool calling still starts the server, which then answers
  * every completion with llb's refusal (422, code {@code tools_unsupported}); other load failures
@@ -33,11 +36,13 @@ import java.util.concurrent.Executors;
  */
 public final class OpenAiServer {
     private static final String USAGE =
-            "usage: run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N] [--ctx N]";
+            "usage: run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N]"
+                    + " [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N]";
 
     private OpenAiServer() {}
 
-    record Options(Path model, String host, int port, int parallel, Integer queue, Integer threads, Integer contextSize) {
+    record Options(Path model, String host, int port, int parallel, Integer queue, Integer threads,
+            Boolean adaptiveThreads, Integer threadPoll, Integer contextSize) {
         static Options parse(String[] args) {
             Path model = null;
             String host = "127.0.0.1";
@@ -45,6 +50,8 @@ public final class OpenAiServer {
             int parallel = 4;
             Integer queue = null;
             Integer threads = null;
+            Boolean adaptiveThreads = null;
+            Integer threadPoll = null;
             Integer contextSize = null;
             for (int i = 0; i < args.length; i++) {
                 String flag = args[i];
@@ -60,6 +67,12 @@ public final class OpenAiServer {
                     case "--parallel", "--engines" -> parallel = Integer.parseInt(value);
                     case "--queue" -> queue = Integer.parseInt(value);
                     case "--threads" -> threads = Integer.parseInt(value);
+                    case "--adaptive-threads" -> adaptiveThreads = switch (value) {
+                        case "true" -> true;
+                        case "false" -> false;
+                        default -> throw new IllegalArgumentException("--adaptive-threads takes true or false");
+                    };
+                    case "--thread-poll" -> threadPoll = Integer.parseInt(value);
                     case "--ctx" -> contextSize = Integer.parseInt(value);
                     default -> throw new IllegalArgumentException("unknown option " + flag);
                 }
@@ -70,7 +83,7 @@ public final class OpenAiServer {
             if (parallel < 1) {
                 throw new IllegalArgumentException("--parallel must be at least 1");
             }
-            return new Options(model, host, port, parallel, queue, threads, contextSize);
+            return new Options(model, host, port, parallel, queue, threads, adaptiveThreads, threadPoll, contextSize);
         }
     }
 
@@ -84,12 +97,13 @@ public final class OpenAiServer {
             return;
         }
         String modelId = options.model().getFileName().toString();
-        ChatConfig config = ChatConfig.of(options.model());
-        if (options.contextSize() != null) {
-            config = config.withContextSize(options.contextSize());
+        // Unset (null) values take llb's defaults.
+        ChatConfig config = new ChatConfig(options.model(), options.contextSize(), options.threads(), null, null, null);
+        if (options.adaptiveThreads() != null) {
+            config = config.withAdaptiveThreads(options.adaptiveThreads());
         }
-        if (options.threads() != null) {
-            config = config.withThreads(options.threads());
+        if (options.threadPoll() != null) {
+            config = config.withThreadPoll(options.threadPoll());
         }
 
         // The header's capabilities, for /v1/models (llb_model_info reads no weights).

@@ -8,13 +8,14 @@ import dev.llb.ChatEngine;
 import java.util.List;
 
 /**
- * The settings that {@link LlbChatModel.Builder} and {@link LlbStreamingChatModel.Builder} share:
- * {@link #config} or {@link #engine}, the rest optional. Each setter returns the builder it was
+ * The settings that {@link LlbChatModel.Builder} and {@link LlbStreamingChatModel.Builder} share,
+ * and {@link #build}: {@link #config} or {@link #engine}, the rest optional. Each setter returns the builder it was
  * called on, so calls chain in any order with the builder's own settings.
  *
  * @param <B> the concrete builder
+ * @param <M> the model it builds
  */
-public abstract class LlbModelBuilder<B extends LlbModelBuilder<B>> {
+public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends LlbModel> {
     private ChatConfig config;
     private ChatEngine engine;
     private String modelName;
@@ -29,6 +30,21 @@ public abstract class LlbModelBuilder<B extends LlbModelBuilder<B>> {
 
     /** This builder as its concrete type. */
     abstract B self();
+
+    /** The model, from this builder's settings: the concrete builder's constructor call. */
+    abstract M create();
+
+    /**
+     * Opens the engine (unless one was given).
+     *
+     * @return the model
+     * @throws dev.langchain4j.exception.UnsupportedFeatureException when llb refuses the model because its chat template cannot do tool calls
+     * @throws dev.langchain4j.exception.ModelNotFoundException when the file does not exist
+     * @throws dev.langchain4j.exception.LangChain4jException for other llb errors
+     */
+    public M build() {
+        return create();
+    }
 
     /**
      * The model and engine settings; the model opens the engine and closes it in its

@@ -1,12 +1,8 @@
 package dev.llb.langchain4j;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import dev.langchain4j.model.ModelProvider;
-import dev.langchain4j.model.chat.Capability;
 import dev.langchain4j.model.chat.StreamingChatModel;
-import dev.langchain4j.model.chat.listener.ChatModelListener;
 import dev.langchain4j.model.chat.request.ChatRequest;
-import dev.langchain4j.model.chat.request.ChatRequestParameters;
 import dev.langchain4j.model.chat.response.ChatResponse;
 import dev.langchain4j.model.chat.response.CompleteToolCall;
 import dev.langchain4j.model.chat.response.PartialResponse;
@@ -18,23 +14,19 @@ import dev.langchain4j.model.chat.response.PartialToolCallContext;
 import dev.langchain4j.model.chat.response.StreamingChatResponseHandler;
 import dev.langchain4j.model.chat.response.StreamingHandle;
 import dev.llb.CancellationToken;
-import dev.llb.ChatEngine;
-import dev.llb.LlbException;
 import java.util.HashMap;
-import java.util.List;
-import java.util.Set;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ThreadFactory;
 
 /**
- * A LangChain4j {@link StreamingChatModel} backed by an llb {@link ChatEngine} in this process: no
- * server, no HTTP. llb's chunks reach the handler as they are generated: text as
- * {@code onPartialResponse}, reasoning as {@code onPartialThinking}, tool-call arguments as
- * {@code onPartialToolCall} (with the call's index, id and name); each finished call then goes to
- * {@code onCompleteToolCall} and the whole response to {@code onCompleteResponse}, whose message
- * is exactly what the partial events add up to.
+ * A LangChain4j {@link StreamingChatModel} backed by an llb engine in this process; engine,
+ * threads and errors as {@link LlbModel} says. llb's chunks reach the handler as they are
+ * generated: text as {@code onPartialResponse}, reasoning as {@code onPartialThinking}, tool-call
+ * arguments as {@code onPartialToolCall} (with the call's index, id and name); each finished call
+ * then goes to {@code onCompleteToolCall} and the whole response to {@code onCompleteResponse},
+ * whose message is exactly what the partial events add up to.
  *
  * <p>{@code chat} returns at once; the generation runs on the builder's {@link Builder#executor}
  * (default: a new daemon thread per request), and the handler is called on that thread. An
@@ -50,29 +42,13 @@ import java.util.concurrent.ThreadFactory;
  *     assistant.chat("Weather in Paris?").onPartialResponse(System.out::print).onCompleteResponse(done).onError(failed).start();
  * }
  * }</pre>
- *
- * <p>One engine holds one conversation's KV cache: the next turn of the same conversation reuses
- * it ({@link LlbTokenUsage#cachedTokens()}). Calls take turns (a second thread waits); for
- * conversations in parallel use one model per conversation. Errors are LangChain4j exceptions
- * whose cause is the {@link LlbException} with llb's code: {@code invalid_argument},
- * {@code invalid_json} and {@code context_overflow} are {@code InvalidRequestException}s,
- * {@code tools_unsupported} an {@code UnsupportedFeatureException}, {@code file_not_found} a
- * {@code ModelNotFoundException}, {@code busy} a {@code RetriableException}, {@code internal} an
- * {@code InternalServerException}, others {@code NonRetriableException}s.
  */
-public final class LlbStreamingChatModel implements StreamingChatModel, AutoCloseable {
-    private final Engines engines;
-    private final ChatRequestParameters defaults;
-    private final List<ChatModelListener> listeners;
-    private final Mapping.Extras extras;
+public final class LlbStreamingChatModel extends LlbModel implements StreamingChatModel {
     private final Executor executor;
 
     private LlbStreamingChatModel(Builder b) {
-        this.defaults = b.defaults();
-        this.listeners = b.listenerList();
-        this.extras = b.extras();
+        super(b);
         this.executor = b.executor != null ? b.executor : Builder.DEFAULT_EXECUTOR;
-        this.engines = b.engines();
     }
 
     /**
@@ -180,35 +156,8 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
         }
     }
 
-    @Override
-    public ChatRequestParameters defaultRequestParameters() {
-        return defaults;
-    }
-
-    @Override
-    public List<ChatModelListener> listeners() {
-        return listeners;
-    }
-
-    @Override
-    public ModelProvider provider() {
-        return ModelProvider.OTHER;
-    }
-
-    /** JSON-schema response formats: llb constrains the reply to the schema with a grammar. */
-    @Override
-    public Set<Capability> supportedCapabilities() {
-        return Set.of(Capability.RESPONSE_FORMAT_JSON_SCHEMA);
-    }
-
-    /** Closes the engine if this model opened it ({@link Builder#config Builder.config}); an engine given to {@link Builder#engine Builder.engine} stays open. */
-    @Override
-    public void close() {
-        engines.close();
-    }
-
     /** Builds an {@link LlbStreamingChatModel}: {@link #config config} or {@link #engine engine}, the rest optional. */
-    public static final class Builder extends LlbModelBuilder<Builder> {
+    public static final class Builder extends LlbModelBuilder<Builder, LlbStreamingChatModel> {
         private static final ThreadFactory THREADS = Thread.ofPlatform().name("llb-stream-", 0).daemon().factory();
         static final Executor DEFAULT_EXECUTOR = task -> THREADS.newThread(task).start();
 
@@ -232,15 +181,8 @@ public final class LlbStreamingChatModel implements StreamingChatModel, AutoClos
             return this;
         }
 
-        /**
-         * Opens the engine (unless one was given).
-         *
-         * @return the model
-         * @throws dev.langchain4j.exception.UnsupportedFeatureException when llb refuses the model because its chat template cannot do tool calls
-         * @throws dev.langchain4j.exception.ModelNotFoundException when the file does not exist
-         * @throws dev.langchain4j.exception.LangChain4jException for other llb errors
-         */
-        public LlbStreamingChatModel build() {
+        @Override
+        LlbStreamingChatModel create() {
             return new LlbStreamingChatModel(this);
         }
     }

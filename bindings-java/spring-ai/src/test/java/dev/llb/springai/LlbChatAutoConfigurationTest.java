@@ -183,6 +183,21 @@ class LlbChatAutoConfigurationTest {
     }
 
     @Test
+    void threadPropertiesReachLlb() {
+        runner.withPropertyValues("llb.chat.model-path=" + toolModel, "llb.chat.adaptive-threads=false",
+                "llb.chat.thread-poll=50").run(context -> {
+            assertNull(context.getStartupFailure());
+            assertNotNull(context.getBean(LlbChatModel.class).call("hi"));
+        });
+        // llb checks the value: out of range fails start-up with its message naming the field.
+        runner.withPropertyValues("llb.chat.model-path=" + toolModel, "llb.chat.thread-poll=101").run(context -> {
+            Throwable failure = context.getStartupFailure();
+            assertNotNull(failure, "thread_poll 101 must be refused");
+            assertTrue(hasMessageContaining(failure, "thread_poll"), failure.toString());
+        });
+    }
+
+    @Test
     void withoutAModelStartUpSaysWhatToSetAndEnabledFalseTurnsItOff() {
         runner.run(context -> {
             Throwable failure = context.getStartupFailure();

@@ -8,6 +8,7 @@ import dev.llb.LlbException;
 import dev.llb.springai.LlbChatModel;
 import dev.llb.springai.LlbChatOptions;
 import java.nio.file.Path;
+import java.util.function.BiFunction;
 import org.springframework.ai.model.tool.ToolCallingManager;
 import org.springframework.ai.retry.NonTransientAiException;
 import org.springframework.beans.factory.ObjectProvider;
@@ -43,19 +44,7 @@ public class LlbChatAutoConfiguration {
     @Bean
     @ConditionalOnMissingBean(LlbChatModel.class)
     public LlbChatModel llbChatModel(LlbChatProperties properties, ObjectProvider<ToolCallingManager> toolCallingManager) {
-        ChatConfig config = ChatConfig.of(modelPath(properties));
-        if (properties.getContextSize() != null) {
-            config = config.withContextSize(properties.getContextSize());
-        }
-        if (properties.getThreads() != null) {
-            config = config.withThreads(properties.getThreads());
-        }
-        if (properties.getBatchSize() != null) {
-            config = config.withBatchSize(properties.getBatchSize());
-        }
-        if (properties.getGpuLayers() != null) {
-            config = config.withGpuLayers(properties.getGpuLayers());
-        }
+        ChatConfig config = chatConfig(properties, modelPath(properties));
         LlbChatProperties.Options o = properties.getOptions();
         LlbChatOptions defaults = LlbChatOptions.builder().temperature(o.getTemperature()).topP(o.getTopP()).topK(o.getTopK())
                 .maxTokens(o.getMaxTokens()).seed(o.getSeed()).toolChoice(o.getToolChoice())
@@ -68,6 +57,19 @@ public class LlbChatAutoConfiguration {
             builder.toolCallingManager(manager);
         }
         return builder.build();
+    }
+
+    /** The engine settings of {@code llb.chat.*} over {@code model}; unset properties take llb's defaults. */
+    static ChatConfig chatConfig(LlbChatProperties p, Path model) {
+        ChatConfig config = new ChatConfig(model, p.getContextSize(), p.getThreads(), p.getBatchSize(), null, null);
+        config = ifSet(config, p.getAdaptiveThreads(), ChatConfig::withAdaptiveThreads);
+        config = ifSet(config, p.getThreadPoll(), ChatConfig::withThreadPoll);
+        return ifSet(config, p.getGpuLayers(), ChatConfig::withGpuLayers);
+    }
+
+    /** {@code with.apply(config, value)}, or {@code config} as it is when the property is unset. */
+    private static <T> ChatConfig ifSet(ChatConfig config, T value, BiFunction<ChatConfig, T, ChatConfig> with) {
+        return value == null ? config : with.apply(config, value);
     }
 
     /** {@code model-path}, or the file {@code model} pulls to. */

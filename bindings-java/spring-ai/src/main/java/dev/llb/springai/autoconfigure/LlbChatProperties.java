@@ -46,8 +46,12 @@ public class LlbChatProperties {
     private Integer maxQueue;
     /** The KV cache all requests share, in tokens (llb's default: 4096 per parallel request). */
     private Integer contextSize;
-    /** CPU threads for decoding (default: every core). */
+    /** CPU threads for decoding (default: every core); the ceiling when adaptive-threads is on. */
     private Integer threads;
+    /** Whether the decode threads follow the cores the machine gives (adaptive_threads; llb's default: false for now). */
+    private Boolean adaptiveThreads;
+    /** How hard idle compute threads poll before they sleep, 0 to 100 as llama.cpp's --poll (thread_poll; llb's default: 0). */
+    private Integer threadPoll;
     /** Prompt tokens per decode batch. */
     private Integer batchSize;
     /** Layers offloaded to GPUs (-1: all; default: all when there is a GPU). */
@@ -360,6 +364,30 @@ public class LlbChatProperties {
      * @param v n_threads
      */
     public void setThreads(Integer v) { threads = v; }
+    /**
+     * Returns adaptive_threads.
+     *
+     * @return adaptive_threads
+     */
+    public Boolean getAdaptiveThreads() { return adaptiveThreads; }
+    /**
+     * Sets adaptive_threads.
+     *
+     * @param v adaptive_threads
+     */
+    public void setAdaptiveThreads(Boolean v) { adaptiveThreads = v; }
+    /**
+     * Returns thread_poll.
+     *
+     * @return thread_poll
+     */
+    public Integer getThreadPoll() { return threadPoll; }
+    /**
+     * Sets thread_poll.
+     *
+     * @param v thread_poll
+     */
+    public void setThreadPoll(Integer v) { threadPoll = v; }
     /**
      * Returns n_batch.
      *

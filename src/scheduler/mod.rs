@@ -9,19 +9,25 @@
 //! All llama.cpp calls on the context happen on the scheduler's own thread. Requests run on their
 //! callers' threads ([`Ticket`]): they receive progress, then a copy of their logits row, sample,
 //! and submit the next token. Events to hosts are sent by those threads, never by this one.
+//!
+//! Decisions are pure and tested apart: a request's lifecycle is one [`job::JobState`], the
+//! sequences are a [`slots::SlotTable`] that returns the KV operations to apply ([`KvOp`]). This
+//! module owns the thread, the context and the batch, and applies them.
+
+mod job;
+mod slots;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Model;
 use crate::sys;
+use crate::threads::{ComputePool, Tuner};
+use crate::tokens::Token;
+use job::JobState;
+use slots::{KvOp, Prefix, Room, SlotTable};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-pub type Token = sys::llama_token;
-
-/// A prefix another request is still evaluating is worth waiting for from this many tokens on.
-const MIN_SHARED_PREFIX: usize = 16;
 
 /// How the scheduler is sized (derived from the engine or pool config).
 #[derive(Debug, Clone)]
@@ -79,56 +85,28 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Phase {
-    Queued,
-    /// Waits until sequence `src` holds `upto` tokens of this prompt (another request is
-    /// evaluating them), then copies them.
-    AwaitPrefix {
-        src: usize,
-        upto: usize,
-    },
-    Running,
-}
-
+/// A request as the scheduler sees it.
 struct Job {
+    /// Grows with every request: a larger id is a younger request.
     id: u64,
     /// Every token this request wants in its sequence: the prompt, then each submitted token.
     tokens: Vec<Token>,
     prompt_len: usize,
-    slot: Option<usize>,
-    phase: Phase,
-    /// Logits were delivered and the caller has not answered yet (since when).
-    outstanding: Option<Instant>,
-    /// Preempted for KV space: waits (with an empty sequence) until another request leaves.
-    parked: bool,
-    /// Got its first logits: the prompt is done (no more progress messages).
-    generating: bool,
-    left: bool,
-    poisoned: bool,
+    state: JobState,
     mailbox: Arc<Mailbox>,
 }
 
 impl Job {
-    fn pending(&self, slots: &[Slot]) -> usize {
-        self.slot.map_or(0, |s| self.tokens.len().saturating_sub(slots[s].tokens.len()))
+    /// Tokens it wants in sequence `seq` that are not decoded yet.
+    fn pending(&self, slots: &SlotTable, seq: usize) -> usize {
+        self.tokens.len().saturating_sub(slots.held(seq).len())
     }
 }
 
-#[derive(Default)]
-struct Slot {
-    /// The tokens this sequence holds in the KV cache, in order.
-    tokens: Vec<Token>,
-    busy: bool,
-    last_used: u64,
-}
-
-#[derive(Default)]
 struct State {
     jobs: Vec<Job>,
-    slots: Vec<Slot>,
+    slots: SlotTable,
     next_id: u64,
-    clock: u64,
     shutdown: bool,
     /// Why the context is unusable (a lost RPC server), for stats.
     lost: Option<String>,
@@ -148,10 +126,6 @@ pub struct Scheduler {
 struct Context(*mut sys::llama_context);
 // SAFETY: the context is used by the scheduler thread only.
 unsafe impl Send for Context {}
-
-fn lcp(a: &[Token], b: &[Token]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
 
 impl Scheduler {
     /// Creates the context (unified KV cache, `n_slots` sequences) and starts the thread.
@@ -182,10 +156,13 @@ impl Scheduler {
                 ),
             ));
         }
-        let state = State { slots: (0..config.n_slots).map(|_| Slot::default()).collect(), ..Default::default() };
+        let state =
+            State { jobs: Vec::new(), slots: SlotTable::new(config.n_slots), next_id: 0, shutdown: false, lost: None };
         let shared = Arc::new(Shared { state: Mutex::new(state), wake: Condvar::new(), config });
+        // SAFETY: live context; the worker frees the pool after the context.
+        let pool = unsafe { ComputePool::attach(ctx, shared.config.n_threads, shared.config.thread_poll) };
         let ctx = Context(ctx);
-        let worker = Worker::new(shared.clone(), model, ctx);
+        let worker = Worker::new(shared.clone(), model, ctx, pool);
         let thread = std::thread::Builder::new()
             .name("llb-scheduler".into())
             .spawn(move || worker.run())
@@ -201,7 +178,7 @@ impl Scheduler {
     /// queue is full.
     pub fn join(&self, tokens: Vec<Token>) -> Result<Ticket> {
         let mut st = lock(&self.shared.state);
-        let queued = st.jobs.iter().filter(|j| j.phase == Phase::Queued && !j.left).count();
+        let queued = st.jobs.iter().filter(|j| j.state.is_queued()).count();
         let running = st.jobs.len() - queued;
         let c = &self.shared.config;
         if queued >= c.max_queue && running >= c.n_parallel {
@@ -217,19 +194,7 @@ impl Scheduler {
         let id = st.next_id;
         let mailbox = Arc::new(Mailbox::default());
         let prompt_len = tokens.len();
-        st.jobs.push(Job {
-            id,
-            tokens,
-            prompt_len,
-            slot: None,
-            phase: Phase::Queued,
-            outstanding: None,
-            parked: false,
-            generating: false,
-            left: false,
-            poisoned: false,
-            mailbox: mailbox.clone(),
-        });
+        st.jobs.push(Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone() });
         drop(st);
         self.shared.wake.notify_all();
         Ok(Ticket { shared: self.shared.clone(), id, mailbox })
@@ -238,13 +203,13 @@ impl Scheduler {
     /// A snapshot for hosts and tests: sequences, what they hold, running and queued requests.
     pub fn stats(&self) -> serde_json::Value {
         let st = lock(&self.shared.state);
-        let held: Vec<usize> = st.slots.iter().map(|s| s.tokens.len()).collect();
+        let held = st.slots.tokens_held();
         serde_json::json!({
-            "n_slots": st.slots.len(),
+            "n_slots": held.len(),
             "n_parallel": self.shared.config.n_parallel,
             "n_ctx": self.shared.config.n_ctx,
-            "running": st.jobs.iter().filter(|j| j.phase != Phase::Queued && !j.left).count(),
-            "queued": st.jobs.iter().filter(|j| j.phase == Phase::Queued && !j.left).count(),
+            "running": st.jobs.iter().filter(|j| j.state.is_admitted()).count(),
+            "queued": st.jobs.iter().filter(|j| j.state.is_queued()).count(),
             "tokens_held": held,
             "lost": st.lost,
         })
@@ -289,7 +254,7 @@ impl Ticket {
         let mut st = lock(&self.shared.state);
         if let Some(j) = st.jobs.iter_mut().find(|j| j.id == self.id) {
             j.tokens.extend_from_slice(tokens);
-            j.outstanding = None;
+            j.state.submitted();
         }
         drop(st);
         self.shared.wake.notify_all();
@@ -300,8 +265,7 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut st = lock(&self.shared.state);
         if let Some(j) = st.jobs.iter_mut().find(|j| j.id == self.id) {
-            j.left = true;
-            j.poisoned = std::thread::panicking();
+            j.state.leave(std::thread::panicking());
         }
         drop(st);
         self.shared.wake.notify_all();
@@ -326,6 +290,10 @@ struct Worker {
     n_vocab: usize,
     /// How long the last decode took: the barrier waits for stragglers up to it.
     last_decode: Duration,
+    /// The context's compute threads (None: ggml's per-graph pools).
+    pool: Option<ComputePool>,
+    /// How many of them a decode asks for (adaptive_threads).
+    tuner: Option<Tuner>,
     /// Some layers live on RPC servers.
     uses_rpc: bool,
     /// Set when a decode lost an RPC server: the context is unusable, every later request fails
@@ -341,6 +309,9 @@ impl Drop for Worker {
             sys::llama_batch_free(self.batch);
             if !crate::backend::must_leak(self.uses_rpc) {
                 sys::llama_free(self.ctx.0);
+                if let Some(pool) = self.pool.take() {
+                    pool.free();
+                }
             }
         }
     }
@@ -350,7 +321,7 @@ impl Drop for Worker {
 unsafe impl Send for Worker {}
 
 impl Worker {
-    fn new(shared: Arc<Shared>, model: &Model, ctx: Context) -> Worker {
+    fn new(shared: Arc<Shared>, model: &Model, ctx: Context, pool: Option<ComputePool>) -> Worker {
         let n_batch = shared.config.n_batch.max(1) as i32;
         // SAFETY: a live context and vocabulary; the batch is freed in Drop.
         let (mem, batch, n_vocab) = unsafe {
@@ -360,7 +331,19 @@ impl Worker {
                 sys::llama_vocab_n_tokens(model.vocab()) as usize,
             )
         };
-        Worker { shared, ctx, mem, batch, n_vocab, last_decode: Duration::ZERO, uses_rpc: model.uses_rpc, lost: None }
+        let tuner = shared.config.adaptive_threads.then(|| Tuner::new(shared.config.n_threads));
+        Worker {
+            shared,
+            ctx,
+            mem,
+            batch,
+            n_vocab,
+            last_decode: Duration::ZERO,
+            pool,
+            tuner,
+            uses_rpc: model.uses_rpc,
+            lost: None,
+        }
     }
 
     fn run(mut self) {
@@ -382,7 +365,7 @@ impl Worker {
             // The barrier: requests that got logits last step are sampling; wait a little for
             // them so their tokens share one decode instead of splitting into half-full ones.
             let grace = self.last_decode.max(Duration::from_millis(2));
-            let latest = st.jobs.iter().filter(|j| !j.left).filter_map(|j| j.outstanding).max();
+            let latest = st.jobs.iter().filter_map(|j| j.state.sampling_since()).max();
             if let Some(left) = latest.and_then(|t| grace.checked_sub(t.elapsed())) {
                 st = shared.wake.wait_timeout(st, left).unwrap_or_else(|p| p.into_inner()).0;
                 continue;
@@ -400,45 +383,59 @@ impl Worker {
         let mut freed = false;
         let mut i = 0;
         while i < st.jobs.len() {
-            if !st.jobs[i].left {
+            let JobState::Left(departure) = st.jobs[i].state else {
                 i += 1;
                 continue;
-            }
-            let j = st.jobs.remove(i);
-            if let Some(s) = j.slot {
-                st.clock += 1;
-                let now = st.clock;
-                let slot = &mut st.slots[s];
-                slot.busy = false;
-                slot.last_used = now;
-                if j.poisoned || j.parked {
-                    self.clear(slot, s);
-                }
+            };
+            st.jobs.remove(i);
+            if let Some((seq, clear)) = departure.release() {
+                let ops = st.slots.release(seq, clear);
+                self.apply(&mut st.slots, ops);
                 freed = true;
             }
         }
         if freed {
-            st.jobs.iter_mut().for_each(|j| j.parked = false);
+            st.jobs.iter_mut().for_each(|j| j.state.unpark());
         }
         self.admit(st);
         self.resolve_prefixes(st);
     }
 
-    fn clear(&self, slot: &mut Slot, s: usize) {
-        // SAFETY: live memory; removing a whole sequence never fails.
-        unsafe { sys::llama_memory_seq_rm(self.mem, s as i32, -1, -1) };
-        slot.tokens.clear();
+    /// Applies the slot table's KV operations to the context's memory, in order; a cut
+    /// llama.cpp refuses is replaced by what the table says instead.
+    fn apply(&self, slots: &mut SlotTable, ops: Vec<KvOp>) {
+        for op in ops {
+            match op {
+                KvOp::Clear { seq } => {
+                    // SAFETY: live memory; removing a whole sequence never fails.
+                    unsafe { sys::llama_memory_seq_rm(self.mem, seq as i32, -1, -1) };
+                }
+                KvOp::Truncate { seq, len, source } => {
+                    // SAFETY: live memory; removes the positions of `seq` from `len` on, or
+                    // nothing (false) when the memory cannot cut the sequence there.
+                    if !unsafe { sys::llama_memory_seq_rm(self.mem, seq as i32, len as i32, -1) } {
+                        let instead = slots.truncate_refused(seq, len, source);
+                        self.apply(slots, instead);
+                    }
+                }
+                KvOp::Copy { src, dst, n } => {
+                    // SAFETY: live memory; both sequences exist (n_slots of them); `dst` shares
+                    // the cells of positions [0, n) of `src`.
+                    unsafe { sys::llama_memory_seq_cp(self.mem, src as i32, dst as i32, 0, n as i32) };
+                }
+            }
+        }
     }
 
     /// Gives queued requests (oldest first) a sequence while fewer than `n_parallel` run.
     fn admit(&mut self, st: &mut State) {
         loop {
-            let running = st.jobs.iter().filter(|j| j.phase != Phase::Queued).count();
+            let running = st.jobs.iter().filter(|j| j.state.is_admitted()).count();
             if running >= self.shared.config.n_parallel {
                 return;
             }
-            let Some(ji) = st.jobs.iter().position(|j| j.phase == Phase::Queued) else { return };
-            let max = (self.shared.config.n_ctx as usize).min(self.max_seq());
+            let Some(ji) = st.jobs.iter().position(|j| j.state.is_queued()) else { return };
+            let max = self.kv_cells();
             if st.jobs[ji].tokens.len() >= max {
                 let j = st.jobs.remove(ji);
                 j.mailbox.post(Msg::Failed(Error::new(
@@ -456,120 +453,52 @@ impl Worker {
         }
     }
 
-    fn max_seq(&self) -> usize {
+    /// KV cells of the whole context (`n_ctx`), shared by all sequences: the most tokens one
+    /// request can hold. (A request's own limit, `Chat.max_seq`, is checked before it joins.)
+    fn kv_cells(&self) -> usize {
         self.shared.config.n_ctx as usize
     }
 
-    /// Chooses a sequence for job `ji` and fills it with the longest prefix any sequence holds
-    /// (or waits for a longer one another request is evaluating). False when none is free.
+    /// Gives job `ji` a sequence holding the longest cached prefix of its prompt, or one that
+    /// waits for a longer prefix another request is evaluating ([`SlotTable::place`]). False
+    /// when every sequence is busy.
     fn place(&mut self, st: &mut State, ji: usize) -> bool {
-        let tokens = st.jobs[ji].tokens.clone();
-        let limit = tokens.len() - 1; // at least one token is evaluated, for logits
-                                      // The best prefix already in the KV cache, and the best one being evaluated now.
-        let (src, have) = st
-            .slots
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (i, lcp(&s.tokens, &tokens).min(limit)))
-            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
-            .unwrap_or((0, 0));
-        let coming = st
-            .jobs
-            .iter()
-            .filter(|j| j.phase == Phase::Running && !j.left && !j.parked)
-            .filter_map(|j| Some((j.slot?, lcp(&j.tokens[..j.prompt_len], &tokens).min(limit))))
-            .filter(|&(s, n)| n >= have + MIN_SHARED_PREFIX && st.slots[s].tokens.len() < n)
-            .max_by_key(|&(_, n)| n);
-        // Reuse the source itself when the prompt extends everything it holds (the same
-        // conversation going on); otherwise take an empty sequence, or evict the idle one used
-        // least recently, and copy the prefix there.
-        let slot = &st.slots[src];
-        let extends = !slot.busy && have > 0 && have == slot.tokens.len().min(limit);
-        let dst = if extends && coming.is_none() { Some(src) } else { self.free_slot(st, src) };
-        let Some(dst) = dst else { return false };
-        st.clock += 1;
-        st.slots[dst].busy = true;
-        st.slots[dst].last_used = st.clock;
-        st.jobs[ji].slot = Some(dst);
-        match coming {
-            Some((s, upto)) => st.jobs[ji].phase = Phase::AwaitPrefix { src: s, upto },
-            None => {
-                let cached = self.fill_prefix(st, ji, src, dst, have);
-                st.jobs[ji].phase = Phase::Running;
-                st.jobs[ji].mailbox.post(Msg::Admitted { cached });
+        let job = &st.jobs[ji];
+        let running: Vec<(usize, &[Token])> =
+            st.jobs.iter().filter_map(|j| Some((j.state.running_seq()?, &j.tokens[..j.prompt_len]))).collect();
+        let Some(placed) = st.slots.place(&job.tokens, &running) else { return false };
+        self.apply(&mut st.slots, placed.ops);
+        let seq = placed.seq;
+        let job = &mut st.jobs[ji];
+        match placed.prefix {
+            Prefix::Awaited { src, upto } => job.state = JobState::AwaitingPrefix { seq, src, upto },
+            Prefix::Ready => {
+                job.state = JobState::Prefilling { seq };
+                job.mailbox.post(Msg::Admitted { cached: st.slots.held(seq).len() });
             }
         }
         true
-    }
-
-    /// An idle sequence for a new request: an empty one, else the least recently used idle one
-    /// other than `keep` (evicted), else `keep` itself when idle.
-    fn free_slot(&self, st: &mut State, keep: usize) -> Option<usize> {
-        let idle: Vec<usize> = (0..st.slots.len()).filter(|&i| !st.slots[i].busy && i != keep).collect();
-        if let Some(&i) = idle.iter().find(|&&i| st.slots[i].tokens.is_empty()) {
-            return Some(i);
-        }
-        if let Some(&i) = idle.iter().min_by_key(|&&i| st.slots[i].last_used) {
-            self.clear(&mut st.slots[i], i);
-            return Some(i);
-        }
-        (!st.slots[keep].busy).then_some(keep)
-    }
-
-    /// Makes sequence `dst` hold the first `n` tokens of job `ji`'s prompt, copied from `src`
-    /// (or kept, when `dst == src`). Returns `n`.
-    fn fill_prefix(&self, st: &mut State, ji: usize, src: usize, dst: usize, n: usize) -> usize {
-        let tokens = st.jobs[ji].tokens[..n].to_vec();
-        if dst == src {
-            // SAFETY: live memory; trims this sequence after the shared prefix.
-            if !unsafe { sys::llama_memory_seq_rm(self.mem, dst as i32, n as i32, -1) } {
-                self.clear(&mut st.slots[dst], dst);
-                return 0;
-            }
-            st.slots[dst].tokens.truncate(n);
-            return n;
-        }
-        let keep = lcp(&st.slots[dst].tokens, &tokens);
-        if keep >= n {
-            // SAFETY: as above.
-            if unsafe { sys::llama_memory_seq_rm(self.mem, dst as i32, n as i32, -1) } {
-                st.slots[dst].tokens.truncate(n);
-                return n;
-            }
-        }
-        self.clear(&mut st.slots[dst], dst);
-        if n > 0 {
-            // SAFETY: live memory; both sequences exist; shares the cells of [0, n).
-            unsafe { sys::llama_memory_seq_cp(self.mem, src as i32, dst as i32, 0, n as i32) };
-            st.slots[dst].tokens.extend_from_slice(&tokens);
-        }
-        n
     }
 
     /// Requests waiting for a prefix another one evaluates: copy it once it is there, or as much
     /// of it as there is once that request stopped evaluating it.
     fn resolve_prefixes(&mut self, st: &mut State) {
         for ji in 0..st.jobs.len() {
-            let Phase::AwaitPrefix { src, upto } = st.jobs[ji].phase else { continue };
+            let JobState::AwaitingPrefix { seq, src, upto } = st.jobs[ji].state else { continue };
             let tokens = &st.jobs[ji].tokens;
-            let have = lcp(&st.slots[src].tokens, tokens).min(upto);
-            let id = st.jobs[ji].id;
-            let still_coming = st.jobs.iter().any(|j| {
-                j.slot == Some(src)
-                    && j.id != id
-                    && !j.left
-                    && !j.parked
-                    && j.phase == Phase::Running
-                    && lcp(&j.tokens, tokens) >= upto
-            });
+            let have = slots::common_prefix(st.slots.held(src), tokens).min(upto);
+            let still_coming = st
+                .jobs
+                .iter()
+                .any(|j| j.state.running_seq() == Some(src) && slots::common_prefix(&j.tokens, tokens) >= upto);
             if have < upto && still_coming {
                 continue;
             }
-            let dst = st.jobs[ji].slot.expect("an awaiting job has a sequence");
-            let cached = self.fill_prefix(st, ji, src, dst, have);
+            let ops = st.slots.fill(seq, src, &tokens[..have]);
+            self.apply(&mut st.slots, ops);
             let job = &mut st.jobs[ji];
-            job.phase = Phase::Running;
-            job.mailbox.post(Msg::Admitted { cached });
+            job.state.prefix_ready();
+            job.mailbox.post(Msg::Admitted { cached: st.slots.held(seq).len() });
         }
     }
 
@@ -579,15 +508,14 @@ impl Worker {
     fn build(&mut self, st: &mut State) -> Vec<Entry> {
         let mut budget = self.shared.config.n_batch as usize;
         let mut entries = Vec::new();
-        let runnable = |j: &Job| j.phase == Phase::Running && !j.left && !j.parked && j.outstanding.is_none();
         for generating in [true, false] {
-            for j in st.jobs.iter().filter(|j| runnable(j)) {
-                let s = j.slot.expect("a running job has a sequence");
-                let pending = j.pending(&st.slots);
-                if pending == 0 || budget == 0 || (j.generating || pending == 1) != generating {
+            for j in &st.jobs {
+                let Some((s, is_generating)) = j.state.runnable() else { continue };
+                let pending = j.pending(&st.slots, s);
+                if pending == 0 || budget == 0 || (is_generating || pending == 1) != generating {
                     continue;
                 }
-                let pos = st.slots[s].tokens.len();
+                let pos = st.slots.held(s).len();
                 let n = pending.min(budget);
                 budget -= n;
                 entries.push(Entry {
@@ -611,19 +539,28 @@ impl Worker {
             self.fail(&mut lock(&shared.state), &entries, e);
             return;
         }
-        self.fill_batch(&entries);
-        let permit = crate::threads::acquire(self.shared.config.n_threads);
+        let n_tokens = self.fill_batch(&entries);
+        let want = match &mut self.tuner {
+            Some(t) => t.choose(n_tokens),
+            None => self.shared.config.n_threads,
+        };
+        let permit = crate::threads::acquire(want);
         let t = Instant::now();
         // SAFETY: live context.
         unsafe { sys::llama_set_n_threads(self.ctx.0, permit.n as i32, permit.n as i32) };
         // SAFETY: live context; the batch was filled within its capacity.
         let rc = unsafe { crate::backend::decode(self.ctx.0, self.batch) };
+        let took = t.elapsed();
+        let used = permit.n;
         drop(permit);
         let shared = self.shared.clone();
         let mut st = lock(&shared.state);
         match rc {
             Ok(0) => {
-                self.last_decode = t.elapsed();
+                self.last_decode = took;
+                if let Some(t) = &mut self.tuner {
+                    t.record(n_tokens, used, took.as_secs_f64());
+                }
                 self.deliver(&mut st, &entries);
             }
             Ok(1) => self.make_room(&mut st, &entries),
@@ -640,7 +577,8 @@ impl Worker {
         }
     }
 
-    fn fill_batch(&mut self, entries: &[Entry]) {
+    /// Fills the batch with the entries' tokens; returns how many.
+    fn fill_batch(&mut self, entries: &[Entry]) -> usize {
         let b = &mut self.batch;
         let mut k = 0usize;
         for e in entries {
@@ -658,16 +596,17 @@ impl Worker {
             }
         }
         b.n_tokens = k as i32;
+        k
     }
 
     fn deliver(&mut self, st: &mut State, entries: &[Entry]) {
         let mut row = 0i32;
         for e in entries {
-            st.slots[e.slot].tokens.extend_from_slice(&e.tokens);
+            st.slots.decoded(e.slot, &e.tokens);
             row += e.tokens.len() as i32;
-            let Some(j) = st.jobs.iter_mut().find(|j| j.id == e.job && !j.left) else { continue };
-            if !j.generating {
-                let held = st.slots[e.slot].tokens.len();
+            let Some(j) = st.jobs.iter_mut().find(|j| j.id == e.job && !j.state.has_left()) else { continue };
+            if let JobState::Prefilling { .. } = j.state {
+                let held = st.slots.held(e.slot).len();
                 j.mailbox.post(Msg::Progress { done: held.min(j.prompt_len), total: j.prompt_len });
             }
             if e.logits {
@@ -679,8 +618,7 @@ impl Worker {
                     // SAFETY: a logits row holds n_vocab floats.
                     Msg::Logits(unsafe { std::slice::from_raw_parts(p, self.n_vocab) }.to_vec())
                 };
-                j.outstanding = Some(Instant::now());
-                j.generating = true;
+                j.state.logits_delivered(Instant::now());
                 j.mailbox.post(msg);
             }
         }
@@ -689,44 +627,39 @@ impl Worker {
     /// The KV cache is full (llama.cpp restored it as before the call): evict the least recently
     /// used idle sequence; with none, park the youngest request in the batch (its sequence is
     /// cleared and rebuilt from its tokens once another request leaves); a request alone that
-    /// does not fit fails with `context_overflow`.
+    /// does not fit fails with `context_overflow` ([`SlotTable::make_room`]).
     fn make_room(&mut self, st: &mut State, entries: &[Entry]) {
-        let victim = st
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.busy && !s.tokens.is_empty())
-            .min_by_key(|(_, s)| s.last_used)
-            .map(|(i, _)| i);
-        if let Some(i) = victim {
-            self.clear(&mut st.slots[i], i);
+        let active = st.jobs.iter().filter(|j| j.state.is_active()).count();
+        let batch: Vec<(u64, usize)> = entries.iter().map(|e| (e.job, e.slot)).collect();
+        let Some(room) = st.slots.make_room(&batch, active) else { return };
+        let (job, op) = match room {
+            Room::Evicted(op) => (None, Some(op)),
+            Room::Park { job, op } => (Some(job), Some(op)),
+            Room::Overflow { job } => (Some(job), None),
+        };
+        if let Some(op) = op {
+            self.apply(&mut st.slots, vec![op]);
+        }
+        let Some(j) = job.and_then(|id| st.jobs.iter_mut().find(|j| j.id == id)) else { return };
+        if op.is_some() {
+            j.state.park();
             return;
         }
-        let active: Vec<u64> = st.jobs.iter().filter(|j| j.phase != Phase::Queued && !j.parked).map(|j| j.id).collect();
-        let youngest = entries.iter().map(|e| e.job).max().unwrap_or(0);
-        let Some(j) = st.jobs.iter_mut().find(|j| j.id == youngest) else { return };
-        if active.len() <= 1 {
-            let n = j.tokens.len();
-            j.mailbox.post(Msg::Failed(Error::new(
-                ErrorCode::ContextOverflow,
-                format!("the request needs {n} tokens of KV cache and the context holds {} (n_ctx)", self.max_seq()),
-            )));
-            j.left = true;
-            j.poisoned = true;
-            return;
-        }
-        j.parked = true;
-        let s = j.slot.expect("a batched job has a sequence");
-        self.clear(&mut st.slots[s], s);
+        let n = j.tokens.len();
+        j.mailbox.post(Msg::Failed(Error::new(
+            ErrorCode::ContextOverflow,
+            format!("the request needs {n} tokens of KV cache and the context holds {} (n_ctx)", self.kv_cells()),
+        )));
+        j.state.fail();
     }
 
     fn fail(&mut self, st: &mut State, entries: &[Entry], err: Error) {
         for e in entries {
-            self.clear(&mut st.slots[e.slot], e.slot);
+            let op = st.slots.clear(e.slot);
+            self.apply(&mut st.slots, vec![op]);
             if let Some(j) = st.jobs.iter_mut().find(|j| j.id == e.job) {
                 j.mailbox.post(Msg::Failed(err.clone()));
-                j.left = true;
-                j.poisoned = true;
+                j.state.fail();
             }
         }
     }

@@ -1,0 +1,87 @@
+package dev.llb.langchain4j;
+
+import dev.langchain4j.model.ModelProvider;
+import dev.langchain4j.model.chat.Capability;
+import dev.langchain4j.model.chat.listener.ChatModelListener;
+import dev.langchain4j.model.chat.request.ChatRequestParameters;
+import dev.llb.ChatEngine;
+import dev.llb.LlbException;
+import java.util.List;
+import java.util.Set;
+
+/**
+ * What {@link LlbChatModel} and {@link LlbStreamingChatModel} share: a LangChain4j model backed by
+ * an llb {@link ChatEngine} in this process, with no server and no HTTP. Tool specifications
+ * become OpenAI tools; llb renders them with the model's own chat template and constrains tool
+ * calls to their schemas.
+ *
+ * <p>One engine holds one conversation's KV cache: the next turn of the same conversation reuses
+ * it ({@link LlbTokenUsage#cachedTokens()}). Calls take turns (a second thread waits); for
+ * conversations in parallel use one model per conversation. Errors are LangChain4j exceptions
+ * whose cause is the {@link LlbException} with llb's code: {@code invalid_argument},
+ * {@code invalid_json} and {@code context_overflow} are {@code InvalidRequestException}s,
+ * {@code tools_unsupported} an {@code UnsupportedFeatureException}, {@code file_not_found} a
+ * {@code ModelNotFoundException}, {@code busy} a {@code RetriableException}, {@code internal} an
+ * {@code InternalServerException}, others {@code NonRetriableException}s.
+ */
+public abstract sealed class LlbModel implements AutoCloseable permits LlbChatModel, LlbStreamingChatModel {
+    /** The engine, whose calls take turns and map llb's errors. */
+    final Engines engines;
+    /** The request fields LangChain4j's parameters have no place for. */
+    final Mapping.Extras extras;
+    private final ChatRequestParameters defaults;
+    private final List<ChatModelListener> listeners;
+
+    /** Takes the builder's settings, then opens the engine (or wraps the one given). */
+    LlbModel(LlbModelBuilder<?, ?> b) {
+        this.defaults = b.defaults();
+        this.listeners = b.listenerList();
+        this.extras = b.extras();
+        this.engines = b.engines();
+    }
+
+    /**
+     * The builder's {@link LlbModelBuilder#defaultRequestParameters default request parameters}.
+     *
+     * @return the parameters every request starts from (empty when none were given)
+     */
+    public ChatRequestParameters defaultRequestParameters() {
+        return defaults;
+    }
+
+    /**
+     * The builder's {@link LlbModelBuilder#listeners listeners}.
+     *
+     * @return the listeners called around each request
+     */
+    public List<ChatModelListener> listeners() {
+        return listeners;
+    }
+
+    /**
+     * {@link ModelProvider#OTHER}: LangChain4j has no name for llb.
+     *
+     * @return {@link ModelProvider#OTHER}
+     */
+    public ModelProvider provider() {
+        return ModelProvider.OTHER;
+    }
+
+    /**
+     * JSON-schema response formats: llb constrains the reply to the schema with a grammar.
+     *
+     * @return {@link Capability#RESPONSE_FORMAT_JSON_SCHEMA}
+     */
+    public Set<Capability> supportedCapabilities() {
+        return Set.of(Capability.RESPONSE_FORMAT_JSON_SCHEMA);
+    }
+
+    /**
+     * Closes the engine if this model opened it ({@link LlbModelBuilder#config Builder.config});
+     * an engine given to {@link LlbModelBuilder#engine Builder.engine} stays open.
+     */
+    @Override
+    public void close() {
+        engines.close();
+    }
+}

@@ -1,0 +1,156 @@
+//! Decode speed when the host wants the cores too (issue 23), one run, printed as a table:
+//! one request at a time (96 tokens, temperature 0), median decode tok/s with the machine idle,
+//! one core held by a busy loop, and every core held; llb with adaptive threads, llb with fixed
+//! threads, and llama-server (`LLB_LLAMA_SERVER`, its default build: scripts/llama-server.sh)
+//! on the same model; then two llb processes side by side.
+//!
+//!   LLB_BENCH_MODEL=model.gguf [LLB_LLAMA_SERVER=path] cargo run --release --example bench_contention
+//!   (scripts/bench-contention.sh sets both up)
+
+use llb::engine::Engine;
+use llb::request::EngineConfig;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const REPS: usize = 5;
+
+fn request() -> Value {
+    json!({"messages": [{"role": "user", "content": "Write a long story about a cat."}],
+           "tool_choice": "none", "max_tokens": 96, "temperature": 0,
+           "tools": serde_json::from_str::<Value>(include_str!("weather-tools.json")).unwrap()})
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Median decode rate of `REPS` requests on an engine made with `adaptive_threads`.
+fn llb_rate(model: &str, adaptive: bool) -> f64 {
+    let cfg = EngineConfig {
+        model_path: model.into(),
+        n_ctx: Some(2048),
+        adaptive_threads: Some(adaptive),
+        ..Default::default()
+    };
+    let e = Engine::create(cfg, None).unwrap();
+    let rates = (0..REPS)
+        .map(|_| {
+            let r = e.infer(&request().to_string()).unwrap();
+            r["timings"]["predicted_per_second"].as_f64().unwrap()
+        })
+        .collect();
+    median(rates)
+}
+
+/// Holds `n` cores with `while :; do :; done` until dropped.
+struct Busy(Vec<Child>);
+impl Busy {
+    fn hold(n: usize) -> Busy {
+        let kids = (0..n)
+            .map(|_| Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        Busy(kids)
+    }
+}
+impl Drop for Busy {
+    fn drop(&mut self) {
+        for k in &mut self.0 {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+    }
+}
+
+/// A llama-server on a free loopback port, killed on drop.
+struct Server(Child, u16);
+impl Server {
+    fn start(bin: &str, model: &str) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(bin)
+            .args(["-m", model, "--port", &port.to_string(), "-c", "2048", "--jinja"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let s = Server(child, port);
+        for _ in 0..600 {
+            if s.post("/health", "").is_some_and(|b| b.contains("ok")) {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("llama-server did not start");
+    }
+
+    fn post(&self, path: &str, body: &str) -> Option<String> {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.1)).ok()?;
+        let method = if body.is_empty() { "GET" } else { "POST" };
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        c.write_all(head.as_bytes()).ok()?;
+        c.write_all(body.as_bytes()).ok()?;
+        let mut out = String::new();
+        c.read_to_string(&mut out).ok()?;
+        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+    }
+
+    fn rate(&self) -> f64 {
+        let rates = (0..REPS)
+            .map(|_| {
+                let body = self.post("/v1/chat/completions", &request().to_string()).expect("llama-server reply");
+                let v: Value = serde_json::from_str(&body).expect("llama-server JSON");
+                v["timings"]["predicted_per_second"].as_f64().unwrap()
+            })
+            .collect();
+        median(rates)
+    }
+}
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Two copies of this program, each measuring llb alone, at once: their two rates.
+fn two_processes() -> (f64, f64) {
+    let me = std::env::current_exe().unwrap();
+    let kids: Vec<Child> =
+        (0..2).map(|_| Command::new(&me).arg("--one").stdout(Stdio::piped()).spawn().unwrap()).collect();
+    let rates: Vec<f64> = kids
+        .into_iter()
+        .map(|k| String::from_utf8_lossy(&k.wait_with_output().unwrap().stdout).trim().parse().unwrap())
+        .collect();
+    (rates[0], rates[1])
+}
+
+fn main() {
+    let model = std::env::var("LLB_BENCH_MODEL").expect("LLB_BENCH_MODEL: a tool-capable GGUF");
+    if std::env::args().any(|a| a == "--one") {
+        println!("{}", llb_rate(&model, true));
+        return;
+    }
+    let server = std::env::var("LLB_LLAMA_SERVER").ok().map(|b| Server::start(&b, &model));
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    println!("| busy loops | llb adaptive tok/s | llb fixed threads tok/s | llama-server tok/s |");
+    println!("|---|---|---|---|");
+    let mut idle = [0.0f64; 3];
+    for busy in [0, 1, cores] {
+        let _hold = Busy::hold(busy);
+        let r = [llb_rate(&model, true), llb_rate(&model, false), server.as_ref().map_or(f64::NAN, Server::rate)];
+        if busy == 0 {
+            idle = r;
+        }
+        let cell = |i: usize| format!("{:.1} ({:.2}× idle)", r[i], r[i] / idle[i]);
+        println!("| {busy} | {} | {} | {} |", cell(0), cell(1), cell(2));
+    }
+    drop(server);
+    let (a, b) = two_processes();
+    println!("two llb processes at once: {a:.1} and {b:.1} tok/s ({:.2}× / {:.2}× idle)", a / idle[0], b / idle[0]);
+}
