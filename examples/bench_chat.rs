@@ -6,7 +6,7 @@
 //!
 //!   cargo run --release --example bench_chat
 
-use llb::engine::{tokenize, Engine, EventSink};
+use llb::engine::{Engine, EventSink};
 use llb::fixture::{self, FixtureOptions, Size};
 use llb::request::EngineConfig;
 use llb::sys;
@@ -66,8 +66,21 @@ fn plain_greedy(path: &Path, n_ctx: u32, n_prompt: usize, n_gen: usize) -> f64 {
         cp.no_perf = true;
         let ctx = sys::llama_init_from_model(model, cp);
         let vocab = sys::llama_model_get_vocab(model);
-        let mut prompt = tokenize(vocab, &"Tell me a long story about the sea. ".repeat(64), true).unwrap();
-        prompt.truncate(n_prompt);
+        // llama.h's tokenizer directly (this loop is the plain-llama.h baseline): a token per
+        // byte at most, so one call fits.
+        let text = "Tell me a long story about the sea. ".repeat(64);
+        let mut prompt = vec![0; text.len() + 8];
+        let n = sys::llama_tokenize(
+            vocab,
+            text.as_ptr() as *const _,
+            text.len() as i32,
+            prompt.as_mut_ptr(),
+            prompt.len() as i32,
+            false,
+            true,
+        );
+        assert!(n > 0);
+        prompt.truncate((n as usize).min(n_prompt));
         for chunk in prompt.chunks_mut(512) {
             assert_eq!(sys::llama_decode(ctx, sys::llama_batch_get_one(chunk.as_mut_ptr(), chunk.len() as i32)), 0);
         }

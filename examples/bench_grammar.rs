@@ -17,7 +17,8 @@
 use llb::engine::Engine;
 use llb::grammar::engine::{Constraint, Engine as Masks};
 use llb::grammar::llama::LlamaGrammar;
-use llb::request::{ChatRequest, EngineConfig};
+use llb::request::EngineConfig;
+use llb::tokens::Vocab;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
@@ -88,7 +89,7 @@ fn percentiles(mut us: Vec<f64>) -> (f64, f64) {
 
 /// Walks the engine's grammar for STEPS tokens; the time of each full mask (µs).
 fn engine_masks(e: &Engine, masks: &Arc<Masks>, gbnf: &str, t1: bool) -> Vec<f64> {
-    let (m, _) = masks.compile(gbnf, &|t| e.prompter().token_id(t)).expect("compile");
+    let (m, _) = masks.compile(gbnf, &|t| e.vocab().single_token(t).map(|t| t as u32)).expect("compile");
     let mut c = Constraint::new(masks.clone(), m, None);
     let mut rng = Lcg(if t1 { 11 } else { 3 });
     let mut out = Vec::new();
@@ -115,16 +116,16 @@ fn engine_masks(e: &Engine, masks: &Arc<Masks>, gbnf: &str, t1: bool) -> Vec<f64
 }
 
 /// The same walk on llama.cpp's GBNF sampler, bounded in steps and time.
-fn gbnf_masks(vocab_ptr: *const llb::sys::llama_vocab, gbnf: &str, vocab: usize, t1: bool, budget_ms: f64) -> Vec<f64> {
+fn gbnf_masks(vocab: &Vocab, gbnf: &str, t1: bool, budget_ms: f64) -> Vec<f64> {
     let spec = llb::grammar::GrammarSpec { gbnf: gbnf.to_string(), ..Default::default() };
     // SAFETY: the vocabulary belongs to the engine, alive for the whole benchmark.
-    let mut g = unsafe { LlamaGrammar::new(vocab_ptr, &spec, Vec::new()) }.expect("gbnf");
+    let mut g = unsafe { LlamaGrammar::new(vocab.raw(), &spec, Vec::new()) }.expect("gbnf");
     let mut rng = Lcg(if t1 { 11 } else { 3 });
     let mut out = Vec::new();
     let start = Instant::now();
     for _ in 0..STEPS {
         let mut cur: Vec<llb::sys::llama_token_data> =
-            (0..vocab as i32).map(|id| llb::sys::llama_token_data { id, logit: 0.0, p: 0.0 }).collect();
+            (0..vocab.n_tokens()).map(|id| llb::sys::llama_token_data { id, logit: 0.0, p: 0.0 }).collect();
         let t0 = Instant::now();
         g.constrain(&mut cur).unwrap();
         out.push(t0.elapsed().as_secs_f64() * 1e6);
@@ -133,8 +134,7 @@ fn gbnf_masks(vocab_ptr: *const llb::sys::llama_vocab, gbnf: &str, vocab: usize,
             break;
         }
         let tok = pick(&allowed, &mut rng, t1);
-        // SAFETY: as above.
-        if unsafe { llb::sys::llama_vocab_is_eog(vocab_ptr, tok) } {
+        if vocab.is_eog(tok) {
             break;
         }
         if g.accept(tok).unwrap().is_some() {
@@ -145,13 +145,13 @@ fn gbnf_masks(vocab_ptr: *const llb::sys::llama_vocab, gbnf: &str, vocab: usize,
 }
 
 fn strict_gbnf(e: &Engine, tools: &[Value]) -> String {
-    let req: ChatRequest = serde_json::from_value(request(tools, "required", 0.0, json!({}))).unwrap();
+    let req = e.resolve(&request(tools, "required", 0.0, json!({})).to_string()).expect("resolve");
     e.prompter().plan(&req).expect("plan").grammar.expect("a strict grammar").gbnf
 }
 
 fn section_masks(e: &Engine) {
-    let p = e.prompter();
-    let vocab = unsafe { llb::sys::llama_vocab_n_tokens(p.vocab()) } as usize;
+    let v = e.vocab();
+    let vocab = v.n_tokens() as usize;
     println!("\n== 1-2. masks alone ({vocab}-token vocabulary), {STEPS} tokens, random logits");
     println!("tools | schema KB | build cold ms (convert+compile) | cached ms | engine T=0 p50/p99 µs | T=1 p50/p99 µs | GBNF T=0 p50/p99 µs | GBNF T=1 p50/p99 µs");
     for n in [1usize, 32, 128, 300] {
@@ -159,18 +159,19 @@ fn section_masks(e: &Engine) {
         let kb = serde_json::to_string(&tools).unwrap().len() as f64 / 1024.0;
         let gbnf = strict_gbnf(e, &tools);
         // Cold: a fresh engine for the vocabulary (its trie is built outside the timing).
-        let fresh = Arc::new(unsafe { Masks::new(p.vocab()) }.unwrap());
+        // SAFETY: the vocabulary belongs to the engine, alive for the whole benchmark.
+        let fresh = Arc::new(unsafe { Masks::new(v.raw()) }.unwrap());
         let t0 = Instant::now();
-        let (_, cold) = fresh.compile(&gbnf, &|t| p.token_id(t)).expect("compile");
+        let (_, cold) = fresh.compile(&gbnf, &|t| v.single_token(t).map(|t| t as u32)).expect("compile");
         let cold_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t0 = Instant::now();
-        let (_, again) = fresh.compile(&gbnf, &|t| p.token_id(t)).unwrap();
+        let (_, again) = fresh.compile(&gbnf, &|t| v.single_token(t).map(|t| t as u32)).unwrap();
         let cached_ms = t0.elapsed().as_secs_f64() * 1e3;
         assert!(again.cached);
         let e0 = percentiles(engine_masks(e, &fresh, &gbnf, false));
         let e1 = percentiles(engine_masks(e, &fresh, &gbnf, true));
-        let g0 = percentiles(gbnf_masks(p.vocab(), &gbnf, vocab, false, 3000.0));
-        let g1 = percentiles(gbnf_masks(p.vocab(), &gbnf, vocab, true, 3000.0));
+        let g0 = percentiles(gbnf_masks(v, &gbnf, false, 3000.0));
+        let g1 = percentiles(gbnf_masks(v, &gbnf, true, 3000.0));
         println!(
             "{n} | {kb:.0} | {cold_ms:.1} ({:.1}+{:.1}) | {cached_ms:.3} | {:.0}/{:.0} | {:.0}/{:.0} | {:.0}/{:.0} | {:.0}/{:.0}",
             cold.convert_us as f64 / 1e3,

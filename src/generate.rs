@@ -1,69 +1,48 @@
 //! One request, on its caller's thread: plan → prompt tokens → the scheduler evaluates them
 //! (sharing any prefix it holds) → sample each token from this request's logits (its own sampler
 //! and grammar) → stop strings, streaming deltas, progress and cancellation → parse → response.
+//!
+//! A request's state is one [`Generation`]: the resolved request, its plan, its response (built
+//! by src/response.rs) and the reply so far. How its tokens are chosen (sampler, grammar,
+//! call-syntax tracker, reasoning budget) is its [`Decoder`], built when the first logits come.
 
 use crate::call_syntax::{Position, Tracker};
 use crate::error::{Error, ErrorCode, Result};
 use crate::prompt::{debug_enabled, Plan, Prompter};
-use crate::request::ChatRequest;
-use crate::response::{self, find, visible_len, Emitted, Finish, Responder};
-use crate::sampler::{Sampler, SamplingParams};
+use crate::request::ResolvedRequest;
+use crate::response::{find, visible_len, Finish, Response, Stats};
+use crate::sampler::{SampleStats, Sampler};
 use crate::scheduler::{Msg, Scheduler, Ticket};
 use crate::session::{ReplyBook, ReplyRecord};
 use crate::shim::ParsedMsg;
-use crate::sys;
+use crate::tokens::{Token, Vocab};
 use serde_json::{json, Value};
+use std::ops::ControlFlow::{self, Break, Continue};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Emit a progress event (a cancellation point) at least this often while generating.
 const PROGRESS_EVERY: usize = 16;
 
-/// What a request runs against: the model's chat side, the scheduler of its context, the
-/// remembered replies, and where its events go.
+/// What a request runs against: the model's chat side and vocabulary, the scheduler of its
+/// context, the remembered replies, and where its events go.
 pub struct Run<'a> {
     pub prompter: &'a Prompter,
+    pub vocab: &'a Arc<Vocab>,
     pub sched: &'a Scheduler,
     pub book: &'a ReplyBook,
     pub model_name: &'a str,
-    pub default_seed: Option<u64>,
-    /// The config's default for greedy call wrappers (src/call_syntax.rs).
-    pub deterministic_call_syntax: bool,
-    /// The config's default for jump-forward decoding (src/jump.rs).
-    pub jump_forward: bool,
     /// The most tokens one sequence may hold (prompt and reply).
     pub max_seq: usize,
     pub emit: &'a dyn Fn(&Value) -> bool,
 }
 
-/// The state of the output while generating.
-#[derive(Default)]
-struct Output {
-    bytes: Vec<u8>,
-    gen_tokens: Vec<sys::llama_token>,
-    /// Every token of the reply (usage's completion_tokens), forced ones included.
-    n_sampled: usize,
-    /// Of those, the ones jump-forward decoding evaluated without sampling.
-    n_forced: usize,
-    eog_piece: String,
-    emitted: Emitted,
-    ids: Vec<String>,
-    last_parse_len: usize,
-    dropped_calls: bool,
-    warnings: Vec<Value>,
-    /// The sampler's time so far (chain and grammar).
-    sampling: crate::sampler::SampleStats,
-    /// Time spent waiting for the model's next logits (the decode, in the scheduler).
-    model_wait: Duration,
-}
-
 impl Run<'_> {
-    pub fn run(&self, req: &ChatRequest) -> Result<Value> {
+    /// Runs `req` to its completion (streamed to `emit` as it goes when the request streams).
+    pub fn run(&self, req: &ResolvedRequest) -> Result<Value> {
         let t_start = Instant::now();
         let plan = self.prompter.plan(req)?;
-        // SAFETY: the vocab lives as long as the model. (Checked before any event is sent.)
-        let n_vocab = unsafe { sys::llama_vocab_n_tokens(self.prompter.vocab()) };
-        crate::sampler::check_logit_bias(&req.logit_bias()?, n_vocab)?;
-        let prompt = self.prompter.prompt_tokens(req, &plan, self.book.find(req))?;
+        let prompt = self.prompter.prompt_tokens(req, &plan, self.book.find(&req.messages))?;
         let n_prompt = prompt.len();
         if n_prompt >= self.max_seq {
             return Err(Error::new(
@@ -74,32 +53,46 @@ impl Run<'_> {
                 ),
             ));
         }
-        let resp = Responder {
-            id: response::random_id("chatcmpl-", 24),
-            created: response::unix_time(),
-            model: self.model_name,
+        let mut g = Generation {
+            req,
+            vocab: self.vocab,
             emit: self.emit,
+            response: Response::new(req, self.model_name, self.emit),
+            room: req.max_tokens.min(self.max_seq - n_prompt),
+            plan,
+            bytes: Vec::new(),
+            gen_tokens: Vec::new(),
+            n_sampled: 0,
+            n_forced: 0,
+            eog_piece: String::new(),
+            last_parse_len: 0,
+            dropped_calls: false,
+            sampling: SampleStats::default(),
+            model_wait: Duration::ZERO,
         };
         let ticket = self.sched.join(prompt.clone())?;
-        let (n_keep, first) = self.prefill(&ticket, n_prompt)?;
+        let (n_cached, first) = self.prefill(&ticket, n_prompt)?;
         crate::fault::site("infer");
         let t_prompt = t_start.elapsed();
         let t_gen = Instant::now();
-        let mut out = Output::default();
-        let stream = req.stream.unwrap_or(false);
-        let mut finish = if first.is_some() { Finish::Length } else { Finish::Cancelled };
-        if stream && first.is_some() {
-            out.emitted.role_sent = true;
-            if !resp.send_delta(json!({"role": "assistant", "content": Value::Null}), None) {
-                finish = Finish::Cancelled;
-            }
-        }
-        if let (Some(logits), Finish::Length) = (first, finish) {
-            finish = self.generate(req, &plan, &ticket, logits, &resp, &mut out, n_prompt)?;
-        }
+        let finish = match first {
+            None => Finish::Cancelled,
+            Some(_) if !g.response.open() => Finish::Cancelled,
+            Some(logits) => g.generate(self.prompter, &ticket, logits)?,
+        };
         drop(ticket);
-        let timings = (t_prompt, t_gen.elapsed(), n_prompt - n_keep);
-        self.finish(req, &plan, &prompt, &resp, out, finish, n_keep, timings)
+        let stats = Stats {
+            prompt_tokens: n_prompt,
+            cached_tokens: n_cached,
+            t_prompt,
+            t_generate: t_gen.elapsed(),
+            ..Stats::default()
+        };
+        let (completion, reply) = g.finish(finish, prompt, stats);
+        if let Some(r) = reply {
+            self.book.remember(r);
+        }
+        Ok(completion)
     }
 
     /// Waits until the prompt is evaluated, sending progress events. Returns the tokens reused
@@ -120,135 +113,166 @@ impl Run<'_> {
             }
         }
     }
+}
 
-    fn sampler(&self, req: &ChatRequest, plan: &Plan) -> Result<Sampler> {
-        let sp = SamplingParams {
-            temperature: req.temperature.unwrap_or(0.8),
-            top_k: req.top_k.unwrap_or(40),
-            top_p: req.top_p.unwrap_or(0.95),
-            min_p: req.min_p.unwrap_or(0.05),
-            seed: req.seed.or(self.default_seed).map(|s| s as u32).unwrap_or_else(random_seed),
-            frequency_penalty: req.frequency_penalty.unwrap_or(0.0),
-            presence_penalty: req.presence_penalty.unwrap_or(0.0),
-            logit_bias: req.logit_bias()?,
-        };
-        let grammar = match plan.grammar.as_ref().filter(|g| !g.gbnf.is_empty()) {
-            Some(spec) => Some(self.prompter.grammar(spec)?),
+/// One request's generation: what it asked for, its plan, its response, and the reply so far.
+struct Generation<'a> {
+    req: &'a ResolvedRequest,
+    plan: Plan,
+    vocab: &'a Arc<Vocab>,
+    /// Where progress events go (the response sends its chunks there too).
+    emit: &'a dyn Fn(&Value) -> bool,
+    response: Response<'a>,
+    /// The most tokens the reply may hold: `max_tokens`, and what the sequence has left.
+    room: usize,
+    /// The reply's bytes and tokens.
+    bytes: Vec<u8>,
+    gen_tokens: Vec<Token>,
+    /// Every token of the reply (usage's completion_tokens), forced ones included.
+    n_sampled: usize,
+    /// Of those, the ones jump-forward decoding (or the reasoning budget) forced.
+    n_forced: usize,
+    /// Text of the end-of-generation token the reply ended on ("" when it did not).
+    eog_piece: String,
+    /// The visible length at the last partial parse.
+    last_parse_len: usize,
+    /// A second call was cut where one is allowed.
+    dropped_calls: bool,
+    /// The sampler's time so far (chain and grammar).
+    sampling: SampleStats,
+    /// Time spent waiting for the model's next logits (the decode, in the scheduler).
+    model_wait: Duration,
+}
+
+/// How a request's tokens are chosen: its sampler (chain and grammar), the call-syntax
+/// tracker, the reasoning budget, and whether forced text jumps forward.
+struct Decoder {
+    smpl: Sampler,
+    syntax: Option<Tracker>,
+    budget: Option<Budget>,
+    jump: bool,
+    end_of_turn: Option<Token>,
+}
+
+impl Generation<'_> {
+    /// The decoder of this request: its sampler over the plan's grammar (advanced past a
+    /// grammar prefill), deterministic call syntax (on unless the request or the config turns it
+    /// off, for plans whose call format is known), its reasoning budget and jump-forward.
+    fn decoder(&self, prompter: &Prompter) -> Result<Decoder> {
+        let grammar = match self.plan.grammar.as_ref().filter(|g| !g.gbnf.is_empty()) {
+            Some(spec) => Some(prompter.grammar(spec)?),
             None => None,
         };
-        // SAFETY: the vocab lives as long as the model, which outlives the sampler.
-        let mut smpl = unsafe { Sampler::new(self.prompter.vocab(), &sp, grammar) }?;
-        if let Some(pre) = &plan.grammar_prefill {
+        let mut smpl = Sampler::new(self.vocab.clone(), &self.req.sampling, grammar);
+        if let Some(pre) = &self.plan.grammar_prefill {
             let toks = self
-                .prompter
-                .exact_tokens(pre)
+                .vocab
+                .spell(pre)
                 .ok_or_else(|| Error::new(ErrorCode::Internal, "cannot spell the generation prompt in tokens"))?;
             for t in toks {
                 smpl.accept_grammar(t)?;
             }
         }
-        Ok(smpl)
+        Ok(Decoder {
+            smpl,
+            syntax: self.plan.call_syntax.as_ref().filter(|_| self.req.deterministic_call_syntax).map(|s| s.tracker()),
+            budget: Budget::new(self.req, &self.plan, self.room),
+            jump: crate::jump::enabled(self.req, &self.plan),
+            end_of_turn: self.vocab.end_of_turn(),
+        })
     }
 
     /// Samples until an end-of-generation token, a stop string, `max_tokens`, a full context,
     /// a second call where one is allowed, or cancellation.
-    #[allow(clippy::too_many_arguments)]
-    fn generate(
-        &self,
-        req: &ChatRequest,
-        plan: &Plan,
-        ticket: &Ticket,
-        mut logits: Vec<f32>,
-        resp: &Responder,
-        out: &mut Output,
-        n_prompt: usize,
-    ) -> Result<Finish> {
-        let mut smpl = self.sampler(req, plan)?;
-        let max_new = req.max_completion_tokens.or(req.max_tokens).map(|m| m as usize).unwrap_or(usize::MAX);
-        // The most tokens this reply may hold.
-        let room = max_new.min(self.max_seq.saturating_sub(n_prompt));
-        let vocab = self.prompter.vocab();
-        let end_of_turn = end_of_turn(vocab);
-        let stream = req.stream.unwrap_or(false);
-        let mut syntax = self.call_syntax_tracker(req, plan);
-        let jump = crate::jump::enabled(req, plan, self.jump_forward);
+    fn generate(&mut self, prompter: &Prompter, ticket: &Ticket, mut logits: Vec<f32>) -> Result<Finish> {
+        let mut d = self.decoder(prompter)?;
         let mut next_progress = PROGRESS_EVERY;
-        let mut budget = Budget::new(plan, room);
         loop {
-            if out.gen_tokens.len() >= room {
+            if self.gen_tokens.len() >= self.room {
                 return Ok(Finish::Length);
             }
-            // Text the grammar forces at the very start is evaluated without sampling from the
-            // prompt's logits; later spans ride along with the sampled token before them.
-            let mut step = Vec::new();
-            let mut sampled = false;
-            if let Some(b) = budget.as_mut() {
-                b.observe(&out.bytes, out.gen_tokens.len());
-                if b.due(&out.bytes, out.gen_tokens.len()) {
-                    step = self.force_end_of_thinking(b, &mut smpl, room - out.gen_tokens.len(), out)?;
-                }
-            }
-            if step.is_empty() && jump && out.n_sampled == 0 {
-                step = crate::jump::forced_tokens(&mut smpl, self.prompter, plan, room)?;
-            }
-            if step.is_empty() {
-                let tok = self.next_token(plan, &mut smpl, syntax.as_ref(), &logits, out, end_of_turn)?;
-                // SAFETY: vocab is valid.
-                if unsafe { sys::llama_vocab_is_eog(vocab, tok) } {
-                    out.n_sampled += 1;
-                    out.eog_piece = String::from_utf8_lossy(&self.prompter.piece(tok, true)).into_owned();
-                    return Ok(Finish::Stop);
-                }
-                step.push(tok);
-                sampled = true;
-                if jump {
-                    let limit = room - out.gen_tokens.len() - 1;
-                    step.extend(crate::jump::forced_tokens(&mut smpl, self.prompter, plan, limit)?);
-                }
-            }
-            out.n_forced += step.len() - sampled as usize;
+            let (step, sampled) = match self.step(&mut d, &logits)? {
+                Continue(s) => s,
+                Break(finish) => return Ok(finish),
+            };
+            self.n_forced += step.len() - sampled as usize;
             let row = sampled.then_some(&logits[..]);
-            if let Some(f) = self.record_step(req, plan, out, &step, row, syntax.as_mut()) {
+            if let Some(f) = self.record_step(&step, row, d.syntax.as_mut()) {
                 return Ok(f);
             }
             ticket.submit(&step);
-            if let Some(f) = self.partial(plan, resp, out, stream) {
+            if let Some(f) = self.partial() {
                 return Ok(f);
             }
-            if out.gen_tokens.len() >= next_progress {
-                next_progress = out.gen_tokens.len() + PROGRESS_EVERY;
-                if !(self.emit)(
-                    &json!({"type": "progress", "stage": "generate", "completion_tokens": out.gen_tokens.len()}),
-                ) {
+            if self.gen_tokens.len() >= next_progress {
+                next_progress = self.gen_tokens.len() + PROGRESS_EVERY;
+                let n = self.gen_tokens.len();
+                if !(self.emit)(&json!({"type": "progress", "stage": "generate", "completion_tokens": n})) {
                     return Ok(Finish::Cancelled);
                 }
             }
-            let waiting = Instant::now();
-            let next = ticket.recv();
-            out.model_wait += waiting.elapsed();
-            logits = match next {
-                Msg::Logits(l) => l,
-                Msg::Failed(e) if e.code == ErrorCode::ContextOverflow => return Ok(Finish::Length),
-                Msg::Failed(e) => return Err(e),
-                Msg::Admitted { .. } | Msg::Progress { .. } => continue_recv(ticket)?,
+            logits = match self.next_logits(ticket)? {
+                Continue(l) => l,
+                Break(finish) => return Ok(finish),
             };
         }
     }
 
-    /// The reasoning budget ran out: the tokens of the template's end-of-thinking tag, accepted
-    /// by the sampler (and its grammar), at most `limit`. When the grammar refuses them the
-    /// budget gives up (a warning) and generation goes on as it was.
-    fn force_end_of_thinking(
-        &self,
-        b: &mut Budget,
-        smpl: &mut Sampler,
-        limit: usize,
-        out: &mut Output,
-    ) -> Result<Vec<sys::llama_token>> {
-        b.state = BudgetState::Done;
-        let toks = self.prompter.tokenize(&b.end)?;
+    /// The next step's tokens, and whether the first was sampled (from `logits`; the rest are
+    /// forced): the end-of-thinking tag when the reasoning budget is spent; text the grammar
+    /// forces at the very start, evaluated without sampling from the prompt's logits; else a
+    /// sampled token and the text the grammar forces after it. Break(Stop): the sampled token
+    /// ends the generation.
+    fn step(&mut self, d: &mut Decoder, logits: &[f32]) -> Result<ControlFlow<Finish, (Vec<Token>, bool)>> {
         let mut step = Vec::new();
-        for t in toks.into_iter().take(limit) {
+        if let Some(b) = d.budget.as_mut() {
+            b.observe(&self.bytes, self.gen_tokens.len());
+            if b.due(&self.bytes, self.gen_tokens.len()) {
+                step = self.force_end_of_thinking(b, &mut d.smpl)?;
+            }
+        }
+        if step.is_empty() && d.jump && self.n_sampled == 0 {
+            step = crate::jump::forced_tokens(&mut d.smpl, self.vocab, &self.plan, self.room)?;
+        }
+        if !step.is_empty() {
+            return Ok(Continue((step, false)));
+        }
+        let tok = self.next_token(d, logits)?;
+        if self.vocab.is_eog(tok) {
+            self.n_sampled += 1;
+            self.eog_piece = String::from_utf8_lossy(&self.vocab.piece(tok, true)).into_owned();
+            return Ok(Break(Finish::Stop));
+        }
+        step.push(tok);
+        if d.jump {
+            let limit = self.room - self.gen_tokens.len() - 1;
+            step.extend(crate::jump::forced_tokens(&mut d.smpl, self.vocab, &self.plan, limit)?);
+        }
+        Ok(Continue((step, true)))
+    }
+
+    /// The logits after the step just submitted (the wait is the model's time). Break(Length):
+    /// the context is full.
+    fn next_logits(&mut self, ticket: &Ticket) -> Result<ControlFlow<Finish, Vec<f32>>> {
+        let waiting = Instant::now();
+        let next = ticket.recv();
+        self.model_wait += waiting.elapsed();
+        Ok(match next {
+            Msg::Logits(l) => Continue(l),
+            Msg::Failed(e) if e.code == ErrorCode::ContextOverflow => Break(Finish::Length),
+            Msg::Failed(e) => return Err(e),
+            Msg::Admitted { .. } | Msg::Progress { .. } => Continue(continue_recv(ticket)?),
+        })
+    }
+
+    /// The reasoning budget ran out: the tokens of the template's end-of-thinking tag, accepted
+    /// by the sampler (and its grammar), at most what the reply has room for. When the grammar
+    /// refuses them the budget gives up (a warning) and generation goes on as it was.
+    fn force_end_of_thinking(&mut self, b: &mut Budget, smpl: &mut Sampler) -> Result<Vec<Token>> {
+        b.state = BudgetState::Done;
+        let toks = self.vocab.tokenize(&b.end)?;
+        let mut step = Vec::new();
+        for t in toks.into_iter().take(self.room - self.gen_tokens.len()) {
             if !smpl.grammar_allows(t)? {
                 break;
             }
@@ -256,62 +280,52 @@ impl Run<'_> {
             step.push(t);
         }
         if step.is_empty() {
-            out.warnings.push(json!({"code": "reasoning_budget_not_applied", "message": format!(
-                "the reasoning budget of {} tokens ran out, and the grammar did not admit the end-of-thinking tag {:?} there", b.limit, b.end)}));
+            self.response.warn("reasoning_budget_not_applied", format!(
+                "the reasoning budget of {} tokens ran out, and the grammar did not admit the end-of-thinking tag {:?} there", b.limit, b.end));
         }
-        out.n_forced += step.len();
         Ok(step)
     }
 
     /// The step's token from `logits`, accepted by the sampler: the end of the turn when one call
     /// is allowed and the strict grammar is complete after a call, the greedy choice inside a
     /// call's wrapper (deterministic call syntax), else the sampler's choice.
-    fn next_token(
-        &self,
-        plan: &Plan,
-        smpl: &mut Sampler,
-        syntax: Option<&Tracker>,
-        logits: &[f32],
-        out: &mut Output,
-        end_of_turn: sys::llama_token,
-    ) -> Result<sys::llama_token> {
-        let force_end = plan.strict
-            && plan.single_call
-            && end_of_turn >= 0
-            && !out.gen_tokens.is_empty()
-            && smpl.grammar_allows(end_of_turn)?
-            && plan.parser.parse(&String::from_utf8_lossy(&out.bytes), true).is_ok_and(|m| !m.tool_calls.is_empty());
-        let tok = if force_end {
-            end_of_turn
-        } else if syntax.is_some_and(|t| t.position() == Position::Wrapper) {
-            smpl.sample_greedy(logits)?
-        } else {
-            smpl.sample(logits)?
+    fn next_token(&mut self, d: &mut Decoder, logits: &[f32]) -> Result<Token> {
+        let plan = &self.plan;
+        let end = match d.end_of_turn.filter(|_| plan.strict && plan.single_call && !self.gen_tokens.is_empty()) {
+            Some(t) if d.smpl.grammar_allows(t)? && self.has_call() => Some(t),
+            _ => None,
         };
-        let dropped = smpl.accept(tok)?;
-        out.sampling = smpl.stats;
+        let tok = match end {
+            Some(t) => t,
+            None if d.syntax.as_ref().is_some_and(|t| t.position() == Position::Wrapper) => {
+                d.smpl.sample_greedy(logits)?
+            }
+            None => d.smpl.sample(logits)?,
+        };
+        let dropped = d.smpl.accept(tok)?;
+        self.sampling = d.smpl.stats;
         if let Some(why) = dropped {
-            out.warnings.push(json!({"code": "grammar_disabled", "message": format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}")}));
+            self.response.warn(
+                "grammar_disabled",
+                format!("llama.cpp's grammar for this template failed and generation went on unconstrained: {why}"),
+            );
         }
         Ok(tok)
     }
 
+    /// Whether the reply so far parses with a tool call.
+    fn has_call(&self) -> bool {
+        self.plan.parser.parse(&String::from_utf8_lossy(&self.bytes), true).is_ok_and(|m| !m.tool_calls.is_empty())
+    }
+
     /// Records a step's tokens (the first sampled from `row` when given, the rest forced) and
     /// feeds their text to the call-syntax tracker; the finish, when a token ends the reply.
-    fn record_step(
-        &self,
-        req: &ChatRequest,
-        plan: &Plan,
-        out: &mut Output,
-        step: &[sys::llama_token],
-        row: Option<&[f32]>,
-        mut syntax: Option<&mut Tracker>,
-    ) -> Option<Finish> {
+    fn record_step(&mut self, step: &[Token], row: Option<&[f32]>, mut syntax: Option<&mut Tracker>) -> Option<Finish> {
         for (i, &tok) in step.iter().enumerate() {
-            let before = out.bytes.len();
-            let finish = self.record(req, plan, out, tok, row.filter(|_| i == 0));
+            let before = self.bytes.len();
+            let finish = self.record(tok, row.filter(|_| i == 0));
             if let Some(t) = syntax.as_mut() {
-                t.feed(&String::from_utf8_lossy(&out.bytes[before.min(out.bytes.len())..]));
+                t.feed(&String::from_utf8_lossy(&self.bytes[before.min(self.bytes.len())..]));
             }
             if finish.is_some() {
                 return finish;
@@ -320,39 +334,26 @@ impl Run<'_> {
         None
     }
 
-    /// Deterministic call syntax: on unless the request or the config turns it off, for plans
-    /// whose call format is known.
-    fn call_syntax_tracker(&self, req: &ChatRequest, plan: &Plan) -> Option<Tracker> {
-        let on = req.deterministic_call_syntax.unwrap_or(self.deterministic_call_syntax);
-        plan.call_syntax.as_ref().filter(|_| on).map(|s| s.tracker())
-    }
-
     /// Appends one token of the reply (sampled from `logits`, or forced when None): its text,
     /// its logprobs, and a stop string it completes (Some(Stop): the reply ends there).
-    fn record(
-        &self,
-        req: &ChatRequest,
-        plan: &Plan,
-        out: &mut Output,
-        tok: sys::llama_token,
-        logits: Option<&[f32]>,
-    ) -> Option<Finish> {
-        out.n_sampled += 1;
-        let before = out.bytes.len();
-        out.bytes.extend(self.prompter.piece(tok, plan.preserved.contains(&tok)));
-        out.gen_tokens.push(tok);
+    fn record(&mut self, tok: Token, logits: Option<&[f32]>) -> Option<Finish> {
+        self.n_sampled += 1;
+        let before = self.bytes.len();
+        let (vocab, preserved) = (self.vocab, &self.plan.preserved);
+        self.bytes.extend(vocab.piece(tok, preserved.contains(&tok)));
+        self.gen_tokens.push(tok);
         // logprobs: from this step's raw logits row (requests that ask never jump forward).
-        if let (Some(top), Some(logits)) = (req.logprobs_top(), logits) {
+        if let (Some(top), Some(logits)) = (self.req.logprobs, logits) {
             let lp = crate::logprobs::of(logits, tok, top);
-            let piece = |t| self.prompter.piece(t, plan.preserved.contains(&t));
-            out.emitted.push_logprob(response::logprob_entry(&lp, piece));
+            self.response.push_logprob(&lp, |t| vocab.piece(t, preserved.contains(&t)));
         }
-        let max_stop = plan.stops.iter().map(String::len).max().unwrap_or(0);
+        let stops = &self.plan.stops;
+        let max_stop = stops.iter().map(String::len).max().unwrap_or(0);
         if max_stop > 0 {
             let from = before.saturating_sub(max_stop - 1);
-            let hit = plan.stops.iter().filter_map(|s| find(&out.bytes[from..], s.as_bytes()).map(|p| from + p)).min();
+            let hit = stops.iter().filter_map(|s| find(&self.bytes[from..], s.as_bytes()).map(|p| from + p)).min();
             if let Some(pos) = hit {
-                out.bytes.truncate(pos);
+                self.bytes.truncate(pos);
                 return Some(Finish::Stop);
             }
         }
@@ -361,20 +362,21 @@ impl Run<'_> {
 
     /// Partial parses (for streaming, and to stop at a second call when only one is allowed)
     /// run when the text grew by 1/16: linear in the output length overall.
-    fn partial(&self, plan: &Plan, resp: &Responder, out: &mut Output, stream: bool) -> Option<Finish> {
+    fn partial(&mut self) -> Option<Finish> {
         // Parsed while generating to stream deltas, and to cut a second call where only one is
         // allowed and the grammar does not see to that itself (a parse's cost grows with the
         // number of tools: milliseconds at 128).
-        if !stream && (!plan.single_call || plan.one_call_by_grammar) {
+        let plan = &self.plan;
+        if !self.req.stream && (!plan.single_call || plan.one_call_by_grammar) {
             return None;
         }
-        let visible = visible_len(&out.bytes, &plan.stops);
-        let grow = (out.last_parse_len / 16).max(1);
-        if visible < out.last_parse_len + grow {
+        let visible = visible_len(&self.bytes, &plan.stops);
+        let grow = (self.last_parse_len / 16).max(1);
+        if visible < self.last_parse_len + grow {
             return None;
         }
-        out.last_parse_len = visible;
-        let text = String::from_utf8_lossy(&out.bytes[..visible]);
+        self.last_parse_len = visible;
+        let text = String::from_utf8_lossy(&self.bytes[..visible]);
         let mut msg = plan.parser.parse(&text, true).ok()?;
         // Arguments stream only as far as they are stable: a call cut later is closed from
         // that prefix (src/partial_json.rs), so the deltas always add up to the completion.
@@ -383,93 +385,126 @@ impl Run<'_> {
             c.arguments.truncate(stable);
         }
         if plan.single_call && msg.tool_calls.len() > 1 {
-            out.dropped_calls = true;
+            self.dropped_calls = true;
             return Some(Finish::Stop);
         }
-        if stream && !resp.stream_diffs(&mut out.emitted, &msg, &mut out.ids, false) {
+        if !self.response.stream_partial(&msg) {
             return Some(Finish::Cancelled);
         }
         None
     }
 
-    /// The final message (everything parsed, invalid UTF-8 replaced, or the raw text), the last
-    /// chunks when streaming, the reply remembered for replay, and the completion.
-    #[allow(clippy::too_many_arguments)]
-    fn finish(
-        &self,
-        req: &ChatRequest,
-        plan: &Plan,
-        prompt: &[sys::llama_token],
-        resp: &Responder,
-        mut out: Output,
-        finish: Finish,
-        n_keep: usize,
-        (t_prompt, t_generate, n_evaluated): (Duration, Duration, usize),
-    ) -> Result<Value> {
+    /// The end: the final message (everything parsed, invalid UTF-8 replaced, or the raw text),
+    /// the completion (with the last chunks when streaming), and the reply to remember for
+    /// replay when it ended naturally on an end-of-generation token.
+    fn finish(mut self, finish: Finish, prompt: Vec<Token>, stats: Stats) -> (Value, Option<ReplyRecord>) {
         if debug_enabled() {
+            let plan = &self.plan;
             eprintln!(
                 "[llb] grammar (lazy={}):\n{}\n[llb] prompt tail: {:?}\n[llb] raw output ({} tokens): {:?}",
                 plan.grammar.as_ref().is_some_and(|g| g.lazy),
                 plan.grammar.as_ref().map(|g| g.gbnf.as_str()).unwrap_or("(none)"),
                 &plan.prompt[plan.prompt.len().saturating_sub(200)..],
-                out.gen_tokens.len(),
-                String::from_utf8_lossy(&out.bytes)
+                self.gen_tokens.len(),
+                String::from_utf8_lossy(&self.bytes)
             );
         }
-        let msg = final_message(plan, &mut out, finish);
-        let finish_reason = response::finish_reason(finish, !msg.tool_calls.is_empty());
-        let n_prompt = prompt.len();
-        let usage = json!({
-            "prompt_tokens": n_prompt,
-            "completion_tokens": out.n_sampled,
-            "total_tokens": n_prompt + out.n_sampled,
-            "prompt_tokens_details": {"cached_tokens": n_keep},
+        let msg = self.final_message(finish);
+        let tool_call_ids = self.response.call_ids(msg.tool_calls.len()).to_vec();
+        let stats = Stats {
+            completion_tokens: self.n_sampled,
+            forced_tokens: self.n_forced,
+            t_model: self.model_wait,
+            t_sampling: self.sampling.chain,
+            t_grammar: self.sampling.grammar,
+            ..stats
+        };
+        let completion = self.response.complete(&msg, finish, &stats);
+        let remember = !self.eog_piece.is_empty() && !self.dropped_calls;
+        let reply = remember.then_some(ReplyRecord {
+            prompt: self.plan.prompt,
+            prompt_tokens: prompt,
+            gen_tokens: self.gen_tokens,
+            tool_call_ids,
+            content: msg.content,
+            eog_piece: self.eog_piece,
         });
-        if req.stream.unwrap_or(false) {
-            if !out.emitted.role_sent {
-                // Cancelled during the prompt: the stream still opens with the role chunk.
-                resp.send_delta(json!({"role": "assistant", "content": Value::Null}), None);
-                out.emitted.role_sent = true;
+        (completion, reply)
+    }
+
+    /// Parses the whole output; a reply that does not parse, or a call whose arguments are not a
+    /// JSON object (llama.cpp's lenient parser returns such calls from replies cut short), comes
+    /// back as raw content with a `tool_call_parse_failed` warning.
+    fn final_message(&mut self, finish: Finish) -> ParsedMsg {
+        let cut = matches!(finish, Finish::Length | Finish::Cancelled);
+        // A reply cut inside a character (a multi-byte marker such as DeepSeek-V3.2's `｜`) ends
+        // at the last whole character: a U+FFFD there made the partial parser place nothing.
+        let mut bytes = &self.bytes[..];
+        if cut {
+            if let Err(e) = std::str::from_utf8(bytes) {
+                if e.error_len().is_none() {
+                    bytes = &bytes[..e.valid_up_to()];
+                }
             }
-            resp.stream_diffs(&mut out.emitted, &msg, &mut out.ids, true);
-            resp.send_finish(&mut out.emitted, finish_reason);
-            if req.stream_options.is_some_and(|o| o.include_usage) {
-                resp.send_usage(&usage);
+        }
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        let msg = match self.parse_final(&text, cut) {
+            // The parser placed none of a non-blank output (a call cut before its name was whole,
+            // or text it holds back as a possible call): the text is kept as content, never dropped.
+            Ok(m)
+                if m.tool_calls.is_empty()
+                    && m.content.trim().is_empty()
+                    && m.reasoning_content.trim().is_empty()
+                    && !text.trim().is_empty() =>
+            {
+                self.response.warn("unparsed_text_kept", "the template's parser placed none of the output (a call cut before its name was complete, or text held back as a possible call): it is returned as content".into());
+                ParsedMsg { content: text, ..Default::default() }
+            }
+            Ok(m) => m,
+            Err(e) => {
+                self.response.warn(
+                    "tool_call_parse_failed",
+                    format!("the output did not parse as this template's format: {}", e.message),
+                );
+                ParsedMsg { content: text, ..Default::default() }
+            }
+        };
+        let mut msg = if self.plan.parse_tool_calls { msg } else { ParsedMsg { tool_calls: vec![], ..msg } };
+        if self.plan.single_call && msg.tool_calls.len() > 1 {
+            msg.tool_calls.truncate(1);
+            self.dropped_calls = true;
+        }
+        msg
+    }
+
+    /// The parse of the whole output `text` (`cut`: by `max_tokens` or cancellation). A call
+    /// cut short gets its arguments closed into valid JSON, the members that had not started
+    /// dropped (src/partial_json.rs), and a warning; other incomplete arguments are an error.
+    fn parse_final(&mut self, text: &str, cut: bool) -> Result<ParsedMsg> {
+        let partial = self.dropped_calls || cut;
+        let mut m = self.plan.parser.parse(text, partial)?;
+        for c in &mut m.tool_calls {
+            if serde_json::from_str::<Value>(&c.arguments).is_ok_and(|v| v.is_object()) {
+                continue;
+            }
+            let closed = crate::partial_json::close(&c.arguments)
+                .or_else(|| c.arguments.trim().is_empty().then(|| "{}".to_string()));
+            match closed.filter(|_| cut) {
+                Some(closed) if serde_json::from_str::<Value>(&closed).is_ok_and(|v| v.is_object()) => {
+                    self.response.warn("tool_call_incomplete", format!(
+                        "the reply was cut inside the call to `{}`: its arguments were closed where they stopped ({closed}); members not yet started were dropped", c.name));
+                    c.arguments = closed;
+                }
+                _ if !partial || cut => {
+                    return Err(Error::new(
+                        ErrorCode::TemplateError,
+                        format!("the call to `{}` has incomplete arguments {:?}", c.name, c.arguments),
+                    ))
+                }
+                _ => {}
             }
         }
-        // Remember the reply for replay when it ended naturally on an end-of-generation token.
-        if !out.eog_piece.is_empty() && !out.dropped_calls {
-            self.book.remember(ReplyRecord {
-                prompt: plan.prompt.clone(),
-                prompt_tokens: prompt.to_vec(),
-                gen_tokens: out.gen_tokens.clone(),
-                tool_call_ids: out.ids[..msg.tool_calls.len()].to_vec(),
-                content: msg.content.clone(),
-                eog_piece: out.eog_piece.clone(),
-            });
-        }
-        let prompt_ms = t_prompt.as_secs_f64() * 1e3;
-        let predicted_ms = t_generate.as_secs_f64() * 1e3;
-        let n = out.n_sampled;
-        let timings = json!({
-            "prompt_n": n_evaluated,
-            "prompt_ms": prompt_ms,
-            "predicted_n": n,
-            "predicted_ms": predicted_ms,
-            "predicted_per_second": if predicted_ms > 0.0 { n as f64 * 1e3 / predicted_ms } else { 0.0 },
-            "predicted_forced_n": out.n_forced,
-            // Of predicted_ms: waiting for the model's logits, the sampler chain, and the grammar
-            // (masks, checks, accepting); the rest is llb's own work (parsing, streaming, stops).
-            "model_ms": out.model_wait.as_secs_f64() * 1e3,
-            "sampling_ms": out.sampling.chain.as_secs_f64() * 1e3,
-            "grammar_ms": out.sampling.grammar.as_secs_f64() * 1e3,
-        });
-        let mut v = resp.completion(&msg, &out.ids, finish_reason, usage, timings);
-        v["choices"][0]["logprobs"] = out.emitted.all_logprobs(req.logprobs_top().is_some());
-        if !out.warnings.is_empty() {
-            v["warnings"] = json!(out.warnings);
-        }
-        Ok(v)
+        Ok(m)
     }
 }
 
@@ -487,9 +522,14 @@ pub(crate) struct Budget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BudgetState {
     /// Waiting for the start tag (searched from this byte on).
-    Idle { from: usize },
+    Idle {
+        from: usize,
+    },
     /// Inside the block: it opened after this many tokens, at this byte.
-    Counting { tokens: usize, byte: usize },
+    Counting {
+        tokens: usize,
+        byte: usize,
+    },
     Done,
 }
 
@@ -499,12 +539,12 @@ impl Budget {
     /// for; with `tool_choice` required or named, a budget not set explicitly is at most half of
     /// the reply's room (`max_tokens`, or what the context has left), so the call fits. None:
     /// unlimited, or a template without reasoning tags.
-    fn new(plan: &Plan, room: usize) -> Option<Budget> {
+    fn new(req: &ResolvedRequest, plan: &Plan, room: usize) -> Option<Budget> {
         let r = plan.reasoning.as_ref()?;
-        let limit = match plan.budget_explicit {
+        let limit = match req.reasoning_budget {
             Some(b) => usize::try_from(b).ok()?,
             None => {
-                let effort = plan.budget_effort.and_then(|b| usize::try_from(b).ok());
+                let effort = req.effort_budget.and_then(|b| usize::try_from(b).ok());
                 match (plan.forced_call, effort) {
                     (true, e) => e.unwrap_or(usize::MAX).min(room / 2),
                     (false, e) => e?,
@@ -541,7 +581,8 @@ impl Budget {
         // The last character's lead byte, and whether the character is complete (a few tokens
         // of grace to complete one, as llama.cpp's WAITING_UTF8 state).
         let lead = (bytes.len().saturating_sub(4)..bytes.len()).rev().find(|&i| bytes[i] & 0xC0 != 0x80);
-        let inside = lead.is_some_and(|i| matches!(std::str::from_utf8(&bytes[i..]), Err(e) if e.error_len().is_none()));
+        let inside =
+            lead.is_some_and(|i| matches!(std::str::from_utf8(&bytes[i..]), Err(e) if e.error_len().is_none()));
         !inside || n_tokens - tokens >= self.limit + 4
     }
 }
@@ -556,93 +597,4 @@ fn continue_recv(ticket: &Ticket) -> Result<Vec<f32>> {
             _ => {}
         }
     }
-}
-
-/// Parses the whole output; a reply that does not parse, or a call whose arguments are not a
-/// JSON object (llama.cpp's lenient parser returns such calls from replies cut short), comes
-/// back as raw content with a `tool_call_parse_failed` warning.
-fn final_message(plan: &Plan, out: &mut Output, finish: Finish) -> ParsedMsg {
-    let cut = matches!(finish, Finish::Length | Finish::Cancelled);
-    // A reply cut inside a character (a multi-byte marker such as DeepSeek-V3.2's `｜`) ends
-    // at the last whole character: a U+FFFD there made the partial parser place nothing.
-    let mut bytes = &out.bytes[..];
-    if cut {
-        if let Err(e) = std::str::from_utf8(bytes) {
-            if e.error_len().is_none() {
-                bytes = &bytes[..e.valid_up_to()];
-            }
-        }
-    }
-    let text = String::from_utf8_lossy(bytes).into_owned();
-    let partial = out.dropped_calls || cut;
-    let parsed = plan.parser.parse(&text, partial).and_then(|mut m| {
-        for c in &mut m.tool_calls {
-            if serde_json::from_str::<Value>(&c.arguments).is_ok_and(|v| v.is_object()) {
-                continue;
-            }
-            // A call cut by `max_tokens` (or cancelled): its arguments closed into valid JSON,
-            // the members that had not started dropped (src/partial_json.rs), and a warning.
-            let closed = crate::partial_json::close(&c.arguments)
-                .or_else(|| c.arguments.trim().is_empty().then(|| "{}".to_string()));
-            match closed.filter(|_| cut) {
-                Some(closed) if serde_json::from_str::<Value>(&closed).is_ok_and(|v| v.is_object()) => {
-                    out.warnings.push(json!({"code": "tool_call_incomplete", "message": format!(
-                        "the reply was cut inside the call to `{}`: its arguments were closed where they stopped ({closed}); members not yet started were dropped", c.name)}));
-                    c.arguments = closed;
-                }
-                _ if !partial || cut => {
-                    return Err(Error::new(
-                        ErrorCode::TemplateError,
-                        format!("the call to `{}` has incomplete arguments {:?}", c.name, c.arguments),
-                    ))
-                }
-                _ => {}
-            }
-        }
-        Ok(m)
-    });
-    let msg = match parsed {
-        // The parser placed none of a non-blank output (a call cut before its name was whole,
-        // or text it holds back as a possible call): the text is kept as content, never dropped.
-        Ok(m) if m.tool_calls.is_empty()
-            && m.content.trim().is_empty()
-            && m.reasoning_content.trim().is_empty()
-            && !text.trim().is_empty() =>
-        {
-            out.warnings.push(json!({"code": "unparsed_text_kept", "message": "the template's parser placed none of the output (a call cut before its name was complete, or text held back as a possible call): it is returned as content"}));
-            ParsedMsg { content: text, ..Default::default() }
-        }
-        Ok(m) => m,
-        Err(e) => {
-            out.warnings.push(json!({"code": "tool_call_parse_failed", "message": format!("the output did not parse as this template's format: {}", e.message)}));
-            ParsedMsg { content: text, ..Default::default() }
-        }
-    };
-    let mut msg = if plan.parse_tool_calls { msg } else { ParsedMsg { tool_calls: vec![], ..msg } };
-    if plan.single_call && msg.tool_calls.len() > 1 {
-        msg.tool_calls.truncate(1);
-        out.dropped_calls = true;
-    }
-    while out.ids.len() < msg.tool_calls.len() {
-        out.ids.push(response::random_id("call_", 24));
-    }
-    msg
-}
-
-/// The model's end-of-turn token: what ends a reply once its one allowed call is complete.
-fn end_of_turn(vocab: *const sys::llama_vocab) -> sys::llama_token {
-    // SAFETY: vocab is valid.
-    unsafe {
-        let eot = sys::llama_vocab_eot(vocab);
-        if eot >= 0 {
-            eot
-        } else {
-            sys::llama_vocab_eos(vocab)
-        }
-    }
-}
-
-fn random_seed() -> u32 {
-    let s = response::random_id("", 8);
-    s.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
 }

@@ -10,49 +10,42 @@
 //! grammar would refuse, or at an end-of-generation token, and the sampler goes on from there.
 
 use crate::error::Result;
-use crate::prompt::{Plan, Prompter};
-use crate::request::ChatRequest;
+use crate::prompt::Plan;
+use crate::request::ResolvedRequest;
 use crate::sampler::Sampler;
-use crate::sys;
+use crate::tokens::{Token, Vocab};
 
 /// The most forced text evaluated in one jump (bytes); the rest comes in the next jump.
 pub const MAX_SPAN_BYTES: usize = 512;
 
-/// Whether a request jumps forward: its `jump_forward` switch (else the config's, `default`),
-/// under a grammar that constrains from the first token (strict tool calls, `response_format`),
-/// and no logprobs (forced tokens have no logits row of their own).
-pub fn enabled(req: &ChatRequest, plan: &Plan, default: bool) -> bool {
+/// Whether a request jumps forward: its `jump_forward` switch (else the config's), under a
+/// grammar that constrains from the first token (strict tool calls, `response_format`), and no
+/// logprobs (forced tokens have no logits row of their own).
+pub fn enabled(req: &ResolvedRequest, plan: &Plan) -> bool {
     let constrained = plan.grammar.as_ref().is_some_and(|g| !g.lazy && !g.gbnf.is_empty());
-    req.jump_forward.unwrap_or(default) && constrained && req.logprobs_top().is_none()
+    req.jump_forward && constrained && req.logprobs.is_none()
 }
 
 /// The tokens of the text the grammar forces now, at most `limit`, already accepted by `smpl`
 /// (grammar and chain). Empty when nothing worth a jump is forced.
-pub fn forced_tokens(
-    smpl: &mut Sampler,
-    prompter: &Prompter,
-    plan: &Plan,
-    limit: usize,
-) -> Result<Vec<sys::llama_token>> {
+pub fn forced_tokens(smpl: &mut Sampler, vocab: &Vocab, plan: &Plan, limit: usize) -> Result<Vec<Token>> {
     if limit == 0 {
         return Ok(Vec::new());
     }
     let text = smpl.forced_text(MAX_SPAN_BYTES)?;
-    let text = before_partial_special(prompter, plan, &text);
+    let text = before_partial_special(vocab, plan, &text);
     if text.is_empty() {
         return Ok(Vec::new());
     }
-    let Some(mut toks) = spell(prompter, plan, text) else { return Ok(Vec::new()) };
+    let Some(mut toks) = spell(vocab, plan, text) else { return Ok(Vec::new()) };
     let whole = toks.len() <= limit;
     toks.truncate(limit);
-    let vocab = prompter.vocab();
     let mut accepted = Vec::with_capacity(toks.len());
     for (i, &t) in toks.iter().enumerate() {
-        // SAFETY: the vocab lives as long as the model.
-        if unsafe { sys::llama_vocab_is_eog(vocab, t) } || !smpl.grammar_allows(t)? {
+        if vocab.is_eog(t) || !smpl.grammar_allows(t)? {
             break;
         }
-        if whole && i + 1 == toks.len() && may_run_on(smpl, prompter, t)? {
+        if whole && i + 1 == toks.len() && may_run_on(smpl, vocab, t)? {
             break;
         }
         let dropped = smpl.accept(t)?.is_some();
@@ -69,17 +62,17 @@ pub fn forced_tokens(
 /// piece extends `t`'s is allowed by the grammar here. Such a token is left to the sampler, so
 /// the reply is spelled the way the model would write it; a token nothing allowed extends (the
 /// end of a call, before the end of the turn) is forced with the rest.
-fn may_run_on(smpl: &mut Sampler, prompter: &Prompter, t: sys::llama_token) -> Result<bool> {
-    let piece = prompter.piece(t, true);
-    let longer: Vec<_> = prompter.pieces().extensions(&piece).collect();
+fn may_run_on(smpl: &mut Sampler, vocab: &Vocab, t: Token) -> Result<bool> {
+    let piece = vocab.piece(t, true);
+    let longer: Vec<_> = vocab.pieces().extensions(&piece).collect();
     smpl.grammar_allows_any(&longer)
 }
 
 /// `text` up to where its end could be the start of a preserved token (Gemma 4's `<|` before
 /// `<|tool_call>` or `<|channel>`): forced as plain text, such a prefix would keep the model from
 /// writing the special token whole, so the sampler goes on from there.
-fn before_partial_special<'a>(prompter: &Prompter, plan: &Plan, text: &'a str) -> &'a str {
-    let specials: Vec<Vec<u8>> = plan.preserved.iter().map(|&t| prompter.piece(t, true)).collect();
+fn before_partial_special<'a>(vocab: &Vocab, plan: &Plan, text: &'a str) -> &'a str {
+    let specials: Vec<Vec<u8>> = plan.preserved.iter().map(|&t| vocab.piece(t, true)).collect();
     let longest = specials.iter().map(Vec::len).max().unwrap_or(0);
     let b = text.as_bytes();
     let from = b.len().saturating_sub(longest.saturating_sub(1));
@@ -93,15 +86,15 @@ fn before_partial_special<'a>(prompter: &Prompter, plan: &Plan, text: &'a str) -
 /// Tokens whose rendered pieces (as the output renders them) are exactly `text`: the
 /// tokenizer's own split when it spells the text (SPM may add a leading space), else the
 /// longest-match spelling over the vocabulary.
-fn spell(prompter: &Prompter, plan: &Plan, text: &str) -> Option<Vec<sys::llama_token>> {
-    let spells = |toks: &[sys::llama_token]| {
+fn spell(vocab: &Vocab, plan: &Plan, text: &str) -> Option<Vec<Token>> {
+    let spells = |toks: &[Token]| {
         let mut bytes = Vec::with_capacity(text.len());
-        toks.iter().for_each(|&t| bytes.extend(prompter.piece(t, plan.preserved.contains(&t))));
+        toks.iter().for_each(|&t| bytes.extend(vocab.piece(t, plan.preserved.contains(&t))));
         bytes == text.as_bytes()
     };
-    let toks = prompter.tokenize(text).ok()?;
+    let toks = vocab.tokenize(text).ok()?;
     if spells(&toks) {
         return Some(toks);
     }
-    prompter.exact_tokens(text).filter(|t| spells(t))
+    vocab.spell(text).filter(|t| spells(t))
 }

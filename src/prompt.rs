@@ -1,17 +1,17 @@
-//! The prompt: llama.cpp's chat templates turn a request into the prompt text, the grammar
-//! (llb's strict one for `required` and named choices), the parser and the stop strings; and the
-//! prompt's tokens, replaying a remembered reply of the model token for token.
+//! The prompt: llama.cpp's chat templates turn a resolved request into the prompt text, the
+//! grammar (llb's strict one for `required` and named choices, written by
+//! [`crate::grammar::strict`]), the parser and the stop strings; and the prompt's tokens,
+//! replaying a remembered reply of the model token for token.
 
 use crate::call_syntax::CallSyntax;
 use crate::error::{Error, ErrorCode, Result};
-use crate::model::Model;
-use crate::request::{self, ChatRequest, Choice, ReasoningFormat, Role};
+use crate::grammar::strict::{self, Lead};
 use crate::grammar::{gbnf, GrammarSpec};
+use crate::request::{self, Choice, ResolvedRequest, Role};
 use crate::session::ReplyRecord;
 use crate::shim::{ChatParams, Parser, Probe, Templates};
-use crate::sys;
-use crate::tokens::PieceIndex;
-use serde_json::{json, Map, Value};
+use crate::tokens::{Token, Vocab};
+use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
@@ -23,7 +23,7 @@ pub struct Plan {
     /// Tokens fed to a non-lazy grammar that starts with the generation prompt.
     pub grammar_prefill: Option<String>,
     pub stops: Vec<String>,
-    pub preserved: HashSet<sys::llama_token>,
+    pub preserved: HashSet<Token>,
     pub parse_tool_calls: bool,
     /// `parallel_tool_calls` is false (or unsupported): at most one call. llama.cpp's grammars
     /// do not always enforce it, so generation stops when a second call begins.
@@ -41,10 +41,6 @@ pub struct Plan {
     pub reasoning: Option<Reasoning>,
     /// `tool_choice` is `required` or a named tool.
     pub forced_call: bool,
-    /// The reasoning budget the request or the config set (-1 unlimited), if any.
-    pub budget_explicit: Option<i64>,
-    /// The budget the request's `reasoning_effort` stands for, if any.
-    pub budget_effort: Option<i64>,
 }
 
 /// A template's reasoning block: its tags, and whether the prompt already opened it.
@@ -77,175 +73,77 @@ struct Rendered {
     strict: bool,
 }
 
-/// A model's chat side: its templates and what they can do, with the engine's defaults.
+/// A model's chat side: its templates and what they can do, and the grammars of its replies.
 pub struct Prompter {
-    model: Arc<Model>,
+    vocab: Arc<Vocab>,
     templates: Templates,
     probe: Probe,
-    chat_template_kwargs: Option<Map<String, Value>>,
-    /// The config's default reasoning budget (-1 unlimited, 0 no thinking).
-    reasoning_budget: Option<i64>,
-    /// piece text → token, built on first need (exact prefill of a grammar).
-    pieces: OnceLock<PieceIndex>,
-    not_utf8: OnceLock<Vec<sys::llama_token>>,
     /// The constraint engine for this vocabulary (built on first need; None if it failed).
     engine: OnceLock<Option<Arc<crate::grammar::engine::Engine>>>,
 }
 
 impl Prompter {
-    pub fn new(model: Arc<Model>, templates: Templates, probe: Probe, kwargs: Option<Map<String, Value>>) -> Prompter {
-        Prompter {
-            model,
-            templates,
-            probe,
-            chat_template_kwargs: kwargs,
-            reasoning_budget: None,
-            pieces: OnceLock::new(),
-            not_utf8: OnceLock::new(),
-            engine: OnceLock::new(),
-        }
-    }
-
-    /// The config's default reasoning budget (`reasoning_budget`).
-    pub fn with_reasoning_budget(mut self, budget: Option<i64>) -> Prompter {
-        self.reasoning_budget = budget;
-        self
-    }
-
-    /// The budget the request (else the config) set explicitly.
-    fn explicit_budget(&self, req: &ChatRequest) -> Option<i64> {
-        req.reasoning_budget.or(self.reasoning_budget)
+    pub fn new(vocab: Arc<Vocab>, templates: Templates, probe: Probe) -> Prompter {
+        Prompter { vocab, templates, probe, engine: OnceLock::new() }
     }
 
     pub fn probe(&self) -> &Probe {
         &self.probe
     }
 
-    pub fn vocab(&self) -> *const sys::llama_vocab {
-        self.model.vocab()
-    }
-
-    pub fn tokenize(&self, text: &str) -> Result<Vec<sys::llama_token>> {
-        // SAFETY: the vocabulary lives as long as the model this prompter holds.
-        unsafe { crate::tokens::tokenize(self.vocab(), text, true) }
-    }
-
-    pub fn piece(&self, token: sys::llama_token, special: bool) -> Vec<u8> {
-        // SAFETY: as above.
-        unsafe { crate::tokens::piece(self.vocab(), token, special) }
-    }
-
-    /// The vocabulary's pieces, indexed on first need.
-    pub fn pieces(&self) -> &PieceIndex {
-        // SAFETY: as above.
-        self.pieces.get_or_init(|| unsafe { PieceIndex::build(self.vocab()) })
-    }
-
-    /// The tokens that are invalid UTF-8 wherever they stand ([`crate::utf8::never_valid`]:
-    /// byte-fallback and byte-level tokens for C0, C1, F5–FF), sorted, found on first need.
-    pub fn not_utf8_tokens(&self) -> &[sys::llama_token] {
-        self.not_utf8.get_or_init(|| {
-            // SAFETY: as above.
-            let n = unsafe { sys::llama_vocab_n_tokens(self.vocab()) };
-            (0..n).filter(|&t| crate::utf8::never_valid(&self.piece(t, false))).collect()
-        })
-    }
-
     /// The constraint engine of this model's vocabulary, built on first need (None when it
     /// cannot be built: grammars then run on llama.cpp's sampler).
     pub fn engine(&self) -> Option<&Arc<crate::grammar::engine::Engine>> {
-        // SAFETY: as above.
-        self.engine.get_or_init(|| unsafe { crate::grammar::engine::Engine::new(self.vocab()) }.ok().map(Arc::new)).as_ref()
-    }
-
-    /// The token a grammar's `<text>` reference names: text that tokenizes to one token.
-    pub fn token_id(&self, text: &str) -> Option<u32> {
-        match self.tokenize(text) {
-            Ok(ids) if ids.len() == 1 => Some(ids[0] as u32),
-            _ => None,
-        }
+        // SAFETY: the vocabulary lives as long as `self.vocab`, which outlives the call.
+        self.engine
+            .get_or_init(|| unsafe { crate::grammar::engine::Engine::new(self.vocab.raw()) }.ok().map(Arc::new))
+            .as_ref()
     }
 
     /// The running grammar for `spec` (see [`crate::grammar::Grammar::build`]).
     pub fn grammar(&self, spec: &GrammarSpec) -> Result<crate::grammar::Grammar> {
-        let token_id = |t: &str| self.token_id(t);
-        let not_utf8 = || self.not_utf8_tokens().to_vec();
-        // SAFETY: the vocab lives as long as the model, which outlives every request's grammar.
-        let (g, stats) = unsafe { crate::grammar::Grammar::build(self.vocab(), spec, self.engine(), &token_id, &not_utf8)? };
+        let token_id = |t: &str| self.vocab.single_token(t).map(|t| t as u32);
+        let not_utf8 = || self.vocab.not_utf8_tokens().to_vec();
+        // SAFETY: the vocab lives as long as the model, which `self.vocab` holds and the engine
+        // outlives every request's grammar with.
+        let (g, stats) =
+            unsafe { crate::grammar::Grammar::build(self.vocab.raw(), spec, self.engine(), &token_id, &not_utf8)? };
         if debug_enabled() {
             eprintln!("[llb] grammar build: {stats:?}");
         }
         Ok(g)
     }
 
-    /// Tokens whose pieces spell `text` exactly (see [`PieceIndex::spell`]).
-    pub fn exact_tokens(&self, text: &str) -> Option<Vec<sys::llama_token>> {
-        self.pieces().spell(text)
-    }
-
-    /// The template's kwargs: the engine's, then the request's `reasoning_effort` (thinking off
-    /// for none/minimal, on otherwise; also passed as `reasoning_effort`), then a reasoning
-    /// budget of 0 (thinking off; a positive budget turns it on), then the request's own.
-    pub fn kwargs(&self, req: &ChatRequest) -> Map<String, Value> {
-        let mut kw = self.chat_template_kwargs.clone().unwrap_or_default();
-        if let Some(effort) = req.reasoning_effort {
-            kw.insert("enable_thinking".into(), json!(effort.thinking()));
-            kw.insert("reasoning_effort".into(), json!(effort.as_str()));
-        }
-        match self.explicit_budget(req) {
-            Some(0) => {
-                kw.insert("enable_thinking".into(), json!(false));
-            }
-            Some(_) if req.reasoning_budget.is_some() => {
-                kw.insert("enable_thinking".into(), json!(true));
-            }
-            _ => {}
-        }
-        if let Some(r) = &req.chat_template_kwargs {
-            kw.extend(r.iter().map(|(k, v)| (k.clone(), v.clone())));
-        }
-        kw
-    }
-
     fn apply_inputs(
         &self,
-        req: &ChatRequest,
+        req: &ResolvedRequest,
         messages: &Value,
         tools: Option<Value>,
         mode: &str,
         add_gen: bool,
     ) -> Value {
-        let kw = self.kwargs(req);
-        let enable_thinking = kw.get("enable_thinking").and_then(Value::as_bool).unwrap_or(true);
         json!({
             "messages": messages,
             "tools": tools,
             "tool_choice": mode,
             "parallel_tool_calls": self.parallel(req),
-            "reasoning_format": self.reasoning_format(req),
-            "enable_thinking": enable_thinking,
-            "chat_template_kwargs": kw,
-            "json_schema": req.json_schema(),
+            "reasoning_format": req.reasoning_format,
+            "enable_thinking": req.thinking,
+            "chat_template_kwargs": req.template_kwargs,
+            "json_schema": req.json_schema,
             "add_generation_prompt": add_gen,
         })
     }
 
-    fn parallel(&self, req: &ChatRequest) -> bool {
-        req.parallel_tool_calls.unwrap_or(true) && self.probe.supports_parallel_tool_calls()
-    }
-
-    pub fn reasoning_format(&self, req: &ChatRequest) -> &'static str {
-        match req.reasoning_format {
-            Some(ReasoningFormat::None) => "none",
-            _ => "auto",
-        }
+    fn parallel(&self, req: &ResolvedRequest) -> bool {
+        req.parallel_tool_calls && self.probe.supports_parallel_tool_calls()
     }
 
     /// Applies the template; a template that rejects an OpenAI-legal sequence gets the messages
     /// adapted (system merged into the first user message, same-role runs merged) and a retry.
     fn apply(
         &self,
-        req: &ChatRequest,
+        req: &ResolvedRequest,
         messages: &[request::Message],
         tools: Option<Value>,
         mode: &str,
@@ -270,34 +168,28 @@ impl Prompter {
         }
     }
 
-    pub fn plan(&self, req: &ChatRequest) -> Result<Plan> {
-        let tools_all = req.tools.as_ref().filter(|t| !t.is_empty());
-        let tools_json = tools_all.map(|t| serde_json::to_value(t).unwrap_or(Value::Null));
-        let choice = if tools_all.is_none() { Choice::None } else { req.choice() };
-        let thinking = self.kwargs(req).get("enable_thinking").and_then(Value::as_bool).unwrap_or(true);
+    /// The tokens of the template's preserved tokens (those that are one token).
+    fn preserved(&self, p: &ChatParams) -> HashSet<Token> {
+        p.preserved_tokens.iter().filter_map(|t| self.vocab.single_token(t)).collect()
+    }
+
+    pub fn plan(&self, req: &ResolvedRequest) -> Result<Plan> {
+        let has_tools = !req.tools.is_empty();
+        let tools_json = has_tools.then(|| serde_json::to_value(&req.tools).unwrap_or(Value::Null));
+        let choice = if has_tools { req.choice.clone() } else { Choice::None };
         let r = match &choice {
             Choice::Auto | Choice::None => {
                 let mode = if choice == Choice::Auto { "auto" } else { "none" };
                 let p = self.apply(req, &req.messages, tools_json, mode, true)?;
-                let (grammar, prefill) = self.grammar_of(&p, tools_all.map(Vec::as_slice).unwrap_or(&[]))?;
+                let (grammar, prefill) = self.grammar_of(&p, &req.tools)?;
                 Rendered { prompt: p.prompt.clone(), params: p, grammar, prefill, strict: false }
             }
-            Choice::Required | Choice::Named(_) => {
-                self.render_required(req, tools_all.unwrap(), tools_json, &choice, thinking)?
-            }
+            Choice::Required | Choice::Named(_) => self.render_required(req, tools_json, &choice)?,
         };
         let params = &r.params;
-        let parser = Parser::new(params, self.reasoning_format(req), choice != Choice::None)?;
+        let parser = Parser::new(params, req.reasoning_format, choice != Choice::None)?;
         let mut stops = params.additional_stops.clone();
-        stops.extend(req.stop_strings());
-        let preserved = params
-            .preserved_tokens
-            .iter()
-            .filter_map(|t| match self.tokenize(t) {
-                Ok(ids) if ids.len() == 1 => Some(ids[0]),
-                _ => None,
-            })
-            .collect();
+        stops.extend(req.stop.iter().cloned());
         let call_syntax = r.grammar.as_ref().filter(|_| choice != Choice::None).and_then(|g| {
             let words: Vec<String> = params
                 .grammar_triggers
@@ -307,20 +199,19 @@ impl Prompter {
                 .collect();
             let s = CallSyntax::from_grammar(&g.gbnf, &words)?;
             Some(if r.strict {
-                s.strict_section(&params.thinking_end_tag, self.may_reason(params, thinking))
+                s.strict_section(&params.thinking_end_tag, self.may_reason(params, req.thinking))
             } else {
                 s
             })
         });
-        let one_call_by_grammar =
-            r.strict && r.grammar.as_ref().is_some_and(|g| g.gbnf.lines().any(|l| l == ONE_CALL_RULE));
+        let one_call_by_grammar = r.strict && r.grammar.as_ref().is_some_and(|g| strict::admits_one_call(&g.gbnf));
         Ok(Plan {
             prompt: r.prompt,
             parser,
             grammar: r.grammar,
             grammar_prefill: r.prefill,
             stops,
-            preserved,
+            preserved: self.preserved(params),
             parse_tool_calls: choice != Choice::None,
             single_call: choice != Choice::None && !self.parallel(req),
             strict: r.strict,
@@ -334,26 +225,17 @@ impl Prompter {
                 }
             }),
             forced_call: matches!(choice, Choice::Required | Choice::Named(_)),
-            budget_explicit: self.explicit_budget(req),
-            budget_effort: req.reasoning_effort.map(|e| e.budget()),
         })
     }
 
     /// `required` or a named tool: the prompt always lists every tool (a stable KV prefix); a
     /// named choice narrows only the constraint and the parser. The grammar is llb's strict one
     /// where the template's call section is known, else the template's own.
-    fn render_required(
-        &self,
-        req: &ChatRequest,
-        tools_all: &[request::Tool],
-        tools_json: Option<Value>,
-        choice: &Choice,
-        thinking: bool,
-    ) -> Result<Rendered> {
+    fn render_required(&self, req: &ResolvedRequest, tools_json: Option<Value>, choice: &Choice) -> Result<Rendered> {
         let all = self.apply(req, &req.messages, tools_json, "required", true)?;
         let typed: Vec<request::Tool> = match choice {
-            Choice::Named(name) => tools_all.iter().filter(|t| &t.function.name == name).cloned().collect(),
-            _ => tools_all.to_vec(),
+            Choice::Named(name) => req.tools.iter().filter(|t| &t.function.name == name).cloned().collect(),
+            _ => req.tools.clone(),
         };
         let p = if matches!(choice, Choice::Named(_)) {
             let section_tools = serde_json::to_value(&typed).unwrap_or(Value::Null);
@@ -361,17 +243,34 @@ impl Prompter {
         } else {
             all.clone()
         };
-        let section = crate::grammar::strict::strict_section(&p.parser, &typed)?;
+        let section = strict::strict_section(&p.parser, &typed)?;
         if section.is_empty() {
             let (grammar, prefill) = self.grammar_of(&p, &typed)?;
             return Ok(Rendered { prompt: all.prompt, params: p, grammar, prefill, strict: false });
         }
         let single = !self.parallel(req);
-        let grammar = GrammarSpec { gbnf: strict_grammar(&section, &p, thinking, single), ..Default::default() };
+        let gbnf = strict::strict_grammar(&section, self.strict_lead(&p, req.thinking), single);
+        let grammar = GrammarSpec { gbnf, ..Default::default() };
         Ok(Rendered { prompt: all.prompt, params: p, grammar: Some(grammar), prefill: None, strict: true })
     }
 
-    /// Whether a strict reply may open with a reasoning block (see [`strict_grammar`]).
+    /// What a strict reply may write before its calls: only the template's reasoning block,
+    /// when thinking is on (closed at once when the prompt opened one and thinking is off).
+    fn strict_lead<'p>(&self, p: &'p ChatParams, thinking: bool) -> Lead<'p> {
+        let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
+        let opened = reasoning_opened(p);
+        if opened && !thinking {
+            Lead::Close { end }
+        } else if opened {
+            Lead::Finish { end }
+        } else if thinking && p.supports_thinking && !start.is_empty() && !end.is_empty() {
+            Lead::Optional { start, end }
+        } else {
+            Lead::None
+        }
+    }
+
+    /// Whether a strict reply may open with a reasoning block (see [`Prompter::strict_lead`]).
     fn may_reason(&self, p: &ChatParams, thinking: bool) -> bool {
         let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
         !start.is_empty() && !end.is_empty() && ((thinking && p.supports_thinking) || p.prompt.contains(start))
@@ -384,21 +283,17 @@ impl Prompter {
         if p.grammar.is_empty() {
             return Ok((None, None));
         }
-        let gbnf = if tools.is_empty() { p.grammar.clone() } else { crate::grammar::strict::at_most_once(&p.grammar, tools) };
+        let gbnf = if tools.is_empty() { p.grammar.clone() } else { strict::at_most_once(&p.grammar, tools) };
         if !p.grammar_lazy {
             let prefill = (!p.generation_prompt.is_empty()).then(|| p.generation_prompt.clone());
             return Ok((Some(GrammarSpec { gbnf, ..Default::default() }), prefill));
         }
         let mut g = GrammarSpec { gbnf, lazy: true, ..Default::default() };
-        let preserved: HashSet<sys::llama_token> = p
-            .preserved_tokens
-            .iter()
-            .filter_map(|t| self.tokenize(t).ok().filter(|ids| ids.len() == 1).map(|ids| ids[0]))
-            .collect();
+        let preserved = self.preserved(p);
         for t in &p.grammar_triggers {
             match t.kind {
                 crate::shim::TRIGGER_WORD => {
-                    let ids = self.tokenize(&t.value)?;
+                    let ids = self.vocab.tokenize(&t.value)?;
                     if ids.len() == 1 && preserved.contains(&ids[0]) {
                         g.trigger_tokens.push(ids[0]);
                     } else {
@@ -424,37 +319,25 @@ impl Prompter {
         Ok((Some(g), None))
     }
 
-    pub fn tokens_with_bos(&self, text: &str) -> Result<Vec<sys::llama_token>> {
-        let vocab = self.vocab();
-        let mut toks = self.tokenize(text)?;
-        // SAFETY: vocab is valid.
-        let (add_bos, bos) = unsafe { (sys::llama_vocab_get_add_bos(vocab), sys::llama_vocab_bos(vocab)) };
-        if add_bos && bos >= 0 && toks.first() != Some(&bos) {
-            toks.insert(0, bos);
-        }
-        Ok(toks)
-    }
-
     /// The prompt's tokens: when the history holds a reply the model generated (`record`, found
     /// at message `k`), that turn's exact prompt and reply tokens followed by the tokenized rest
     /// (from the template's end-of-turn marker on), so the whole previous turn stays reusable in
     /// the KV cache; otherwise the tokenized prompt.
     pub fn prompt_tokens(
         &self,
-        req: &ChatRequest,
+        req: &ResolvedRequest,
         plan: &Plan,
         replay: Option<(usize, ReplyRecord)>,
-    ) -> Result<Vec<sys::llama_token>> {
+    ) -> Result<Vec<Token>> {
         if let Some(toks) = replay.and_then(|(k, r)| self.splice(req, plan, k, &r)) {
             return Ok(toks);
         }
-        self.tokens_with_bos(&plan.prompt)
+        self.vocab.tokenize_with_bos(&plan.prompt)
     }
 
-    fn splice(&self, req: &ChatRequest, plan: &Plan, k: usize, last: &ReplyRecord) -> Option<Vec<sys::llama_token>> {
-        let tools =
-            req.tools.as_ref().filter(|t| !t.is_empty()).map(|t| serde_json::to_value(t).unwrap_or(Value::Null));
-        let mode = match req.choice() {
+    fn splice(&self, req: &ResolvedRequest, plan: &Plan, k: usize, last: &ReplyRecord) -> Option<Vec<Token>> {
+        let tools = (!req.tools.is_empty()).then(|| serde_json::to_value(&req.tools).unwrap_or(Value::Null));
+        let mode = match req.choice {
             Choice::None => "none",
             Choice::Auto => "auto",
             _ => "required",
@@ -488,62 +371,9 @@ impl Prompter {
         let tail = format!("{}{}", &reply[end_of_turn..], rest);
         let mut toks = last.prompt_tokens.clone();
         toks.extend_from_slice(&last.gen_tokens);
-        toks.extend(self.tokenize(&tail).ok()?);
+        toks.extend(self.vocab.tokenize(&tail).ok()?);
         Some(toks)
     }
-}
-
-/// The strict grammar's section when one call is allowed and the template's section is a bare
-/// repetition of calls.
-const ONE_CALL_RULE: &str = "llb-tool-section ::= tool-call";
-
-/// Builds the strict grammar for `required` and named choices: the tool-call section from the
-/// first output token, preceded only by the template's reasoning block when thinking is on.
-fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bool) -> String {
-    // With one call allowed: when llama.cpp's `tool-calls` rule is a bare repetition of
-    // `tool-call` (not a section with its own markers), only `tool-call` may start the reply.
-    let bare_repetition = section.lines().any(|l| {
-        l.strip_prefix("tool-calls ::= ").is_some_and(|body| {
-            body.split(|c: char| c.is_whitespace() || "()+*?".contains(c))
-                .filter(|t| !t.is_empty())
-                .all(|t| t == "tool-call" || t == "space")
-        })
-    });
-    let mut rules: Vec<String> = section
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| match l.strip_prefix("root ::= ") {
-            Some(body) if single_call && bare_repetition && body.split(" | ").any(|n| n == "tool-call") => {
-                ONE_CALL_RULE.to_string()
-            }
-            Some(body) => format!("llb-tool-section ::= {body}"),
-            None => l.to_string(),
-        })
-        .collect();
-    let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
-    // Nothing between the end of the reasoning block and the call: some parsers take no
-    // whitespace there (Command-R7B's refused `<|END_THINKING|> \n\n<|START_ACTION|>`, issue 24),
-    // and every parser takes none.
-    let ws = "llb-ws ::= \"\"";
-    let opened = reasoning_opened(p);
-    let root = if opened && !thinking {
-        // The prompt opened a reasoning block but thinking is off: close it at once.
-        format!("root ::= {} llb-ws llb-tool-section", gbnf::literal(end))
-    } else if opened {
-        format!("root ::= {} {} llb-ws llb-tool-section", gbnf::until(end), gbnf::literal(end))
-    } else if thinking && p.supports_thinking && !start.is_empty() && !end.is_empty() {
-        format!(
-            "root ::= ({} {} {} llb-ws)? llb-tool-section",
-            gbnf::literal(start),
-            gbnf::until(end),
-            gbnf::literal(end)
-        )
-    } else {
-        "root ::= llb-tool-section".to_string()
-    };
-    rules.push(ws.to_string());
-    rules.insert(0, root);
-    rules.join("\n") + "\n"
 }
 
 /// Adapts an OpenAI message list for templates that reject what OpenAI allows (tried only after
@@ -555,6 +385,9 @@ fn strict_grammar(section: &str, p: &ChatParams, thinking: bool, single_call: bo
 /// - a history that opens with an assistant (or tool) message gets an empty user turn first;
 /// - tool-call ids become 9 alphanumerics (Mistral's templates reject any other id), mapped
 ///   stably so a call and its result keep matching.
+///
+/// One pass, in one function: the rules act on the same running state (the output so far, the
+/// pending system text, whether the history is still leading), so they read top to bottom.
 pub fn adapt_messages(messages: &[request::Message], system_role: bool) -> Vec<request::Message> {
     use request::{Content, Message};
     let short_id = |id: &str| -> String {

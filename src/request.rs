@@ -1,5 +1,13 @@
-//! Typed requests: engine config and OpenAI chat-completion requests. Unknown or wrong-typed
-//! fields are `invalid_argument` errors that name the field (its JSON path).
+//! Typed requests: engine config and OpenAI chat-completion requests as they arrive (unknown or
+//! wrong-typed fields are `invalid_argument` errors that name the field, its JSON path), and
+//! what they resolve to once checked: [`EngineSettings`] and [`ResolvedRequest`], where every
+//! default is filled in.
+
+mod resolved;
+mod settings;
+
+pub use resolved::{random_id, ResolvedRequest, SamplingParams};
+pub use settings::{EngineSettings, HandleKind};
 
 use crate::error::{bail, Error, ErrorCode, Result};
 use serde::de::DeserializeOwned;
@@ -452,9 +460,10 @@ pub enum Choice {
 }
 
 impl ChatRequest {
-    /// Checks what serde cannot: cross-field rules and value ranges.
-    pub fn validate(&self) -> Result<()> {
-        self.validate_openai_fields()?;
+    /// Checks what serde cannot: cross-field rules and value ranges. Returns `logit_bias`
+    /// parsed (its check is its parse; [`ChatRequest::resolve`] keeps it).
+    fn validate(&self) -> Result<Vec<(i32, f32)>> {
+        let logit_bias = self.validate_openai_fields()?;
         self.validate_messages()?;
         self.validate_sampling()?;
         let tools = self.tools.as_deref().unwrap_or(&[]);
@@ -476,7 +485,7 @@ impl ChatRequest {
                 bail!(InvalidArgument, "field `response_format`: cannot be combined with tools");
             }
         }
-        Ok(())
+        Ok(logit_bias)
     }
 
     /// Each message has what its role needs, and nothing only another role may carry.
@@ -536,19 +545,22 @@ impl ChatRequest {
             bail!(InvalidArgument, "field `n`: only 1 is supported");
         }
         if self.reasoning_budget.is_some_and(|b| b < -1) {
-            bail!(InvalidArgument, "field `reasoning_budget`: must be -1 (unlimited), 0 (no thinking) or a number of tokens");
+            bail!(
+                InvalidArgument,
+                "field `reasoning_budget`: must be -1 (unlimited), 0 (no thinking) or a number of tokens"
+            );
         }
         Ok(())
     }
 
-    /// The sampling, logprobs and modality fields OpenAI's SDKs send.
-    fn validate_openai_fields(&self) -> Result<()> {
+    /// The sampling, logprobs and modality fields OpenAI's SDKs send; `logit_bias` parsed.
+    fn validate_openai_fields(&self) -> Result<Vec<(i32, f32)>> {
         for (name, v) in [("frequency_penalty", self.frequency_penalty), ("presence_penalty", self.presence_penalty)] {
             if v.is_some_and(|v| !(-2.0..=2.0).contains(&v)) {
                 bail!(InvalidArgument, "field `{name}`: must be between -2 and 2");
             }
         }
-        self.logit_bias()?;
+        let logit_bias = self.parse_logit_bias()?;
         if let Some(n) = self.top_logprobs {
             if n > 20 {
                 bail!(InvalidArgument, "field `top_logprobs`: must be between 0 and 20");
@@ -568,34 +580,11 @@ impl ChatRequest {
         if self.audio.as_ref().is_some_and(|a| !a.is_null()) {
             bail!(InvalidArgument, "field `audio`: audio output is not supported (llb serves text models)");
         }
-        Ok(())
+        Ok(logit_bias)
     }
 
-    /// `logit_bias` as (token id, bias) pairs; a bias of -100 bans the token (OpenAI: "should
-    /// result in a ban"), so it becomes -infinity.
-    pub fn logit_bias(&self) -> Result<Vec<(i32, f32)>> {
-        let mut out = Vec::new();
-        for (k, v) in self.logit_bias.iter().flatten() {
-            let id: i32 = k.parse().ok().filter(|id| *id >= 0).ok_or_else(|| {
-                Error::new(ErrorCode::InvalidArgument, format!("field `logit_bias.{k}`: keys must be token ids"))
-            })?;
-            let bias = v.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
-                Error::new(
-                    ErrorCode::InvalidArgument,
-                    format!("field `logit_bias.{k}`: must be a number between -100 and 100"),
-                )
-            })?;
-            out.push((id, if bias <= -100.0 { f32::NEG_INFINITY } else { bias as f32 }));
-        }
-        Ok(out)
-    }
-
-    /// How many alternatives per token `logprobs` asks for (None: no logprobs).
-    pub fn logprobs_top(&self) -> Option<usize> {
-        (self.logprobs == Some(true)).then(|| self.top_logprobs.unwrap_or(0) as usize)
-    }
-
-    pub fn choice(&self) -> Choice {
+    /// `tool_choice`, the default resolved: auto with tools, none without.
+    fn choice(&self) -> Choice {
         match &self.tool_choice {
             None if self.tools.as_ref().is_some_and(|t| !t.is_empty()) => Choice::Auto,
             None => Choice::None,
@@ -606,7 +595,8 @@ impl ChatRequest {
         }
     }
 
-    pub fn stop_strings(&self) -> Vec<String> {
+    /// `stop` as a list, empty strings left out.
+    fn stop_strings(&self) -> Vec<String> {
         match &self.stop {
             None => vec![],
             Some(Stop::One(s)) => vec![s.clone()],
@@ -618,7 +608,7 @@ impl ChatRequest {
     }
 
     /// The JSON schema the reply must follow (response_format), if any.
-    pub fn json_schema(&self) -> Option<Value> {
+    fn json_schema(&self) -> Option<Value> {
         let rf = self.response_format.as_ref()?;
         match rf.kind {
             ResponseFormatKind::Text => None,

@@ -1,31 +1,17 @@
-//! The response: streamed deltas of what the parser makes of the output so far, and the final
-//! `chat.completion` JSON.
+//! The response, built here and only here: a request's streamed chunks (deltas of what the
+//! parser makes of the output so far, with their tokens' logprobs) and its `chat.completion`
+//! (message, tool-call ids, finish reason, usage, timings, logprobs, warnings). Generation hands
+//! in what it parsed and measured; the JSON's shape is this module's.
 
+use crate::logprobs::TokenLogprob;
+use crate::request::{random_id, ResolvedRequest};
 use crate::shim::ParsedMsg;
+use crate::tokens::Token;
 use serde_json::{json, Value};
+use std::time::Duration;
 
-pub fn unix_time() -> u64 {
+fn unix_time() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
-/// A random alphanumeric id (not cryptographic: ids only need to be unique and unguessable
-/// enough not to collide across engines and processes).
-pub fn random_id(prefix: &str, len: usize) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static STATE: AtomicU64 = AtomicU64::new(0);
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-    let mut x =
-        STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed) ^ nanos ^ ((std::process::id() as u64) << 40) | 1;
-    const ALPHA: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    let mut s = String::from(prefix);
-    for _ in 0..len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.push(ALPHA[((x >> 11) % ALPHA.len() as u64) as usize] as char);
-    }
-    s
 }
 
 /// Length of the longest prefix of `bytes` that is complete UTF-8: an incomplete multi-byte
@@ -74,58 +60,7 @@ pub fn visible_len(out: &[u8], stops: &[String]) -> usize {
     n
 }
 
-/// The state of a response being streamed: what has been sent for each field.
-#[derive(Default)]
-pub struct Emitted {
-    pub role_sent: bool,
-    content: String,
-    reasoning: String,
-    /// (id, name, arguments) per tool call index, for calls whose header was sent.
-    calls: Vec<(String, String, String)>,
-    /// With `logprobs`: one entry per generated token, and how many chunks carried already.
-    logprobs: Option<Vec<Value>>,
-    logprobs_sent: usize,
-}
-
-impl Emitted {
-    /// Records one generated token's logprobs entry (`logprobs: true` requests).
-    pub fn push_logprob(&mut self, entry: Value) {
-        self.logprobs.get_or_insert_with(Vec::new).push(entry);
-    }
-
-    /// A chunk's `logprobs`: the entries not sent yet (null when none).
-    fn pending_logprobs(&mut self) -> Value {
-        let all = self.logprobs.as_deref().unwrap_or(&[]);
-        if all.len() == self.logprobs_sent {
-            return Value::Null;
-        }
-        let new = all[self.logprobs_sent..].to_vec();
-        self.logprobs_sent = all.len();
-        json!({"content": new, "refusal": Value::Null})
-    }
-
-    /// The completion's `logprobs`: every entry (null unless the request asked for them).
-    pub fn all_logprobs(&self, requested: bool) -> Value {
-        if !requested {
-            return Value::Null;
-        }
-        json!({"content": self.logprobs.clone().unwrap_or_default(), "refusal": Value::Null})
-    }
-}
-
-/// OpenAI's logprobs entry of a token; `piece` gives a token's bytes. -infinity (a banned
-/// token) is reported as -9999, as OpenAI does.
-pub fn logprob_entry(lp: &crate::logprobs::TokenLogprob, piece: impl Fn(i32) -> Vec<u8>) -> Value {
-    let one = |token: i32, logprob: f32| {
-        let bytes = piece(token);
-        let logprob = if logprob.is_finite() { logprob } else { -9999.0 };
-        json!({"token": String::from_utf8_lossy(&bytes), "logprob": logprob, "bytes": bytes})
-    };
-    let mut e = one(lp.token, lp.logprob);
-    e["top_logprobs"] = lp.top.iter().map(|&(t, l)| one(t, l)).collect();
-    e
-}
-
+/// How a reply ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Finish {
     Stop,
@@ -133,96 +68,170 @@ pub enum Finish {
     Cancelled,
 }
 
-/// One response's identity and where its chunks go.
-pub struct Responder<'a> {
-    pub id: String,
-    pub created: u64,
-    pub model: &'a str,
-    pub emit: &'a dyn Fn(&Value) -> bool,
+/// The OpenAI finish reason.
+pub fn finish_reason(finish: Finish, has_calls: bool) -> &'static str {
+    match finish {
+        Finish::Cancelled => "cancelled",
+        Finish::Length => "length",
+        Finish::Stop if has_calls => "tool_calls",
+        Finish::Stop => "stop",
+    }
 }
 
-impl Responder<'_> {
-    pub fn send_delta(&self, delta: Value, finish: Option<&str>) -> bool {
-        self.send_chunk(delta, finish, Value::Null)
-    }
+/// What generation measured, for the completion's `usage` and `timings`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    pub prompt_tokens: usize,
+    /// Of the prompt's tokens, those the KV cache already held.
+    pub cached_tokens: usize,
+    /// Every token of the reply, forced ones included.
+    pub completion_tokens: usize,
+    /// Of those, the ones jump-forward decoding evaluated without sampling.
+    pub forced_tokens: usize,
+    /// Until the first logits (prompt evaluation).
+    pub t_prompt: Duration,
+    /// From the first logits to the end.
+    pub t_generate: Duration,
+    /// Of `t_generate`: waiting for the model's next logits (the decode, in the scheduler).
+    pub t_model: Duration,
+    /// Of `t_generate`: the sampler chain.
+    pub t_sampling: Duration,
+    /// Of `t_generate`: the grammar (masks, checks, accepting tokens).
+    pub t_grammar: Duration,
+}
 
-    fn send_chunk(&self, delta: Value, finish: Option<&str>, logprobs: Value) -> bool {
-        (self.emit)(&json!({"type": "chunk", "data": {
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}],
-        }}))
-    }
+/// One request's response: its identity, where its chunks go, what has been streamed, its
+/// tool-call ids, its tokens' logprobs and its warnings.
+pub struct Response<'a> {
+    id: String,
+    created: u64,
+    model: &'a str,
+    emit: &'a dyn Fn(&Value) -> bool,
+    stream: bool,
+    include_usage: bool,
+    role_sent: bool,
+    /// What has been streamed of each field.
+    content: String,
+    reasoning: String,
+    /// Arguments sent per tool call index, for calls whose header was sent.
+    call_args: Vec<String>,
+    /// Tool-call ids by call index: minted here, on first need, and nowhere else.
+    ids: Vec<String>,
+    /// With `logprobs`: one entry per generated token, and how many chunks carried already.
+    logprobs: Option<Vec<Value>>,
+    logprobs_sent: usize,
+    warnings: Vec<Value>,
+}
 
-    /// A delta carrying the logprobs of the tokens generated since the last chunk.
-    fn send_with_logprobs(&self, em: &mut Emitted, delta: Value) -> bool {
-        let lp = em.pending_logprobs();
-        self.send_chunk(delta, None, lp)
-    }
-
-    /// The chunk with the finish reason (and the logprobs of any tokens not sent yet).
-    pub fn send_finish(&self, em: &mut Emitted, finish: &str) -> bool {
-        let lp = em.pending_logprobs();
-        self.send_chunk(json!({}), Some(finish), lp)
-    }
-
-    /// Sends what `msg` adds to what was already sent. A field that stopped extending what was
-    /// sent (a parser's change of mind on partial text) waits for text that extends it again.
-    pub fn stream_diffs(&self, em: &mut Emitted, msg: &ParsedMsg, ids: &mut Vec<String>, last: bool) -> bool {
-        let mut ok = true;
-        if let Some(d) = msg.reasoning_content.strip_prefix(em.reasoning.as_str()).filter(|d| !d.is_empty()) {
-            ok &= self.send_with_logprobs(em, json!({"reasoning_content": d}));
-            em.reasoning.push_str(d);
+impl<'a> Response<'a> {
+    /// The response to `req`, from `model`, its chunks sent to `emit`.
+    pub fn new(req: &ResolvedRequest, model: &'a str, emit: &'a dyn Fn(&Value) -> bool) -> Response<'a> {
+        Response {
+            id: random_id("chatcmpl-", 24),
+            created: unix_time(),
+            model,
+            emit,
+            stream: req.stream,
+            include_usage: req.include_usage,
+            role_sent: false,
+            content: String::new(),
+            reasoning: String::new(),
+            call_args: Vec::new(),
+            ids: Vec::new(),
+            logprobs: req.logprobs.map(|_| Vec::new()),
+            logprobs_sent: 0,
+            warnings: Vec::new(),
         }
-        if let Some(d) = msg.content.strip_prefix(em.content.as_str()).filter(|d| !d.is_empty()) {
-            ok &= self.send_with_logprobs(em, json!({"content": d}));
-            em.content.push_str(d);
+    }
+
+    /// Opens a stream with its role chunk (nothing when not streaming). False: the host
+    /// cancelled.
+    pub fn open(&mut self) -> bool {
+        if !self.stream {
+            return true;
         }
-        for (i, c) in msg.tool_calls.iter().enumerate() {
-            // A call's name is final once its arguments started, a later call exists, or at the end.
-            let settled = last || !c.arguments.is_empty() || i + 1 < msg.tool_calls.len();
-            if i == em.calls.len() {
-                if c.name.is_empty() || !settled {
-                    break;
-                }
-                if ids.len() <= i {
-                    ids.push(random_id("call_", 24));
-                }
-                ok &= self.send_with_logprobs(
-                    em,
-                    json!({"tool_calls": [{
-                    "index": i, "id": ids[i], "type": "function", "function": {"name": c.name, "arguments": ""}}]}),
-                );
-                em.calls.push((ids[i].clone(), c.name.clone(), String::new()));
+        self.role_sent = true;
+        self.send_chunk(json!({"role": "assistant", "content": Value::Null}), None, Value::Null)
+    }
+
+    /// Records a warning (`warnings` of the completion): `code` and what happened.
+    pub fn warn(&mut self, code: &str, message: String) {
+        self.warnings.push(json!({"code": code, "message": message}));
+    }
+
+    /// Records one generated token's logprobs (`logprobs: true` requests); `piece` gives a
+    /// token's bytes.
+    pub fn push_logprob(&mut self, lp: &TokenLogprob, piece: impl Fn(Token) -> Vec<u8>) {
+        if let Some(all) = self.logprobs.as_mut() {
+            all.push(logprob_entry(lp, piece));
+        }
+    }
+
+    /// Streams what a partial parse adds to what was sent (nothing when not streaming). False:
+    /// the host cancelled.
+    pub fn stream_partial(&mut self, msg: &ParsedMsg) -> bool {
+        !self.stream || self.stream_diffs(msg, false)
+    }
+
+    /// The ids of the first `n` tool calls (those streamed already keep theirs).
+    pub fn call_ids(&mut self, n: usize) -> &[String] {
+        while self.ids.len() < n {
+            self.ids.push(random_id("call_", 24));
+        }
+        &self.ids[..n]
+    }
+
+    /// Ends the response: when streaming, the last chunks (the role chunk if the prompt was
+    /// cancelled, what the final message adds, the finish reason, and the usage with
+    /// `include_usage`); then the `chat.completion` object.
+    pub fn complete(mut self, msg: &ParsedMsg, finish: Finish, stats: &Stats) -> Value {
+        let finish_reason = finish_reason(finish, !msg.tool_calls.is_empty());
+        let usage = json!({
+            "prompt_tokens": stats.prompt_tokens,
+            "completion_tokens": stats.completion_tokens,
+            "total_tokens": stats.prompt_tokens + stats.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": stats.cached_tokens},
+        });
+        self.call_ids(msg.tool_calls.len());
+        if self.stream {
+            if !self.role_sent {
+                // Cancelled during the prompt: the stream still opens with the role chunk.
+                self.open();
             }
-            if let Some(d) = c.arguments.strip_prefix(em.calls[i].2.as_str()).filter(|d| !d.is_empty()) {
-                ok &= self.send_with_logprobs(em, json!({"tool_calls": [{"index": i, "function": {"arguments": d}}]}));
-                em.calls[i].2.push_str(d);
+            self.stream_diffs(msg, true);
+            let lp = self.pending_logprobs();
+            self.send_chunk(json!({}), Some(finish_reason), lp);
+            if self.include_usage {
+                (self.emit)(&json!({"type": "chunk", "data": {
+                    "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                    "choices": [], "usage": usage,
+                }}));
             }
         }
-        ok
+        let mut v = json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "message": self.message(msg), "finish_reason": finish_reason, "logprobs": Value::Null}],
+            "usage": usage,
+            "timings": timings(stats),
+        });
+        if let Some(all) = self.logprobs.take() {
+            v["choices"][0]["logprobs"] = json!({"content": all, "refusal": Value::Null});
+        }
+        if !self.warnings.is_empty() {
+            v["warnings"] = json!(self.warnings);
+        }
+        v
     }
 
-    /// The usage chunk (empty `choices`) sent with `stream_options.include_usage`.
-    pub fn send_usage(&self, usage: &Value) {
-        (self.emit)(&json!({"type": "chunk", "data": {
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [], "usage": usage,
-        }}));
-    }
-
-    /// The `chat.completion` object.
-    pub fn completion(
-        &self,
-        msg: &ParsedMsg,
-        ids: &[String],
-        finish_reason: &str,
-        usage: Value,
-        timings: Value,
-    ) -> Value {
+    /// The completion's `message`.
+    fn message(&self, msg: &ParsedMsg) -> Value {
         let tool_calls: Vec<Value> = msg
             .tool_calls
             .iter()
-            .zip(ids)
+            .zip(&self.ids)
             .map(
                 |(c, id)| json!({"id": id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}),
             )
@@ -237,26 +246,97 @@ impl Responder<'_> {
         if !msg.reasoning_content.is_empty() {
             message["reasoning_content"] = json!(msg.reasoning_content);
         }
-        json!({
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": Value::Null}],
-            "usage": usage,
-            "timings": timings,
-        })
+        message
+    }
+
+    fn send_chunk(&self, delta: Value, finish: Option<&str>, logprobs: Value) -> bool {
+        (self.emit)(&json!({"type": "chunk", "data": {
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}],
+        }}))
+    }
+
+    /// A chunk's `logprobs`: the entries not sent yet (null when none).
+    fn pending_logprobs(&mut self) -> Value {
+        let all = self.logprobs.as_deref().unwrap_or(&[]);
+        if all.len() == self.logprobs_sent {
+            return Value::Null;
+        }
+        let new = all[self.logprobs_sent..].to_vec();
+        self.logprobs_sent = all.len();
+        json!({"content": new, "refusal": Value::Null})
+    }
+
+    /// A delta carrying the logprobs of the tokens generated since the last chunk.
+    fn send_with_logprobs(&mut self, delta: Value) -> bool {
+        let lp = self.pending_logprobs();
+        self.send_chunk(delta, None, lp)
+    }
+
+    /// Sends what `msg` adds to what was already sent. A field that stopped extending what was
+    /// sent (a parser's change of mind on partial text) waits for text that extends it again.
+    fn stream_diffs(&mut self, msg: &ParsedMsg, last: bool) -> bool {
+        let mut ok = true;
+        if let Some(d) = msg.reasoning_content.strip_prefix(self.reasoning.as_str()).filter(|d| !d.is_empty()) {
+            ok &= self.send_with_logprobs(json!({"reasoning_content": d}));
+            self.reasoning.push_str(d);
+        }
+        if let Some(d) = msg.content.strip_prefix(self.content.as_str()).filter(|d| !d.is_empty()) {
+            ok &= self.send_with_logprobs(json!({"content": d}));
+            self.content.push_str(d);
+        }
+        for (i, c) in msg.tool_calls.iter().enumerate() {
+            // A call's name is final once its arguments started, a later call exists, or at the end.
+            let settled = last || !c.arguments.is_empty() || i + 1 < msg.tool_calls.len();
+            if i == self.call_args.len() {
+                if c.name.is_empty() || !settled {
+                    break;
+                }
+                let id = self.call_ids(i + 1)[i].clone();
+                ok &= self.send_with_logprobs(json!({"tool_calls": [{
+                    "index": i, "id": id, "type": "function", "function": {"name": c.name, "arguments": ""}}]}));
+                self.call_args.push(String::new());
+            }
+            if let Some(d) = c.arguments.strip_prefix(self.call_args[i].as_str()).filter(|d| !d.is_empty()) {
+                ok &= self.send_with_logprobs(json!({"tool_calls": [{"index": i, "function": {"arguments": d}}]}));
+                self.call_args[i].push_str(d);
+            }
+        }
+        ok
     }
 }
 
-/// The OpenAI finish reason.
-pub fn finish_reason(finish: Finish, has_calls: bool) -> &'static str {
-    match finish {
-        Finish::Cancelled => "cancelled",
-        Finish::Length => "length",
-        Finish::Stop if has_calls => "tool_calls",
-        Finish::Stop => "stop",
-    }
+/// The completion's `timings` (llama-server's names, and llb's split of `predicted_ms`).
+fn timings(s: &Stats) -> Value {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let predicted_ms = ms(s.t_generate);
+    let n = s.completion_tokens;
+    json!({
+        "prompt_n": s.prompt_tokens - s.cached_tokens,
+        "prompt_ms": ms(s.t_prompt),
+        "predicted_n": n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_second": if predicted_ms > 0.0 { n as f64 * 1e3 / predicted_ms } else { 0.0 },
+        "predicted_forced_n": s.forced_tokens,
+        // Of predicted_ms: waiting for the model's logits, the sampler chain, and the grammar
+        // (masks, checks, accepting); the rest is llb's own work (parsing, streaming, stops).
+        "model_ms": ms(s.t_model),
+        "sampling_ms": ms(s.t_sampling),
+        "grammar_ms": ms(s.t_grammar),
+    })
+}
+
+/// OpenAI's logprobs entry of a token; `piece` gives a token's bytes. -infinity (a banned
+/// token) is reported as -9999, as OpenAI does.
+fn logprob_entry(lp: &TokenLogprob, piece: impl Fn(Token) -> Vec<u8>) -> Value {
+    let one = |token: Token, logprob: f32| {
+        let bytes = piece(token);
+        let logprob = if logprob.is_finite() { logprob } else { -9999.0 };
+        json!({"token": String::from_utf8_lossy(&bytes), "logprob": logprob, "bytes": bytes})
+    };
+    let mut e = one(lp.token, lp.logprob);
+    e["top_logprobs"] = lp.top.iter().map(|&(t, l)| one(t, l)).collect();
+    e
 }
 
 #[cfg(test)]

@@ -5,86 +5,36 @@
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::grammar::Grammar;
+use crate::request::SamplingParams;
 use crate::sys;
+use crate::tokens::{Token, Vocab};
 use std::os::raw::c_char;
 use std::ptr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Sampling settings of one request (llama.cpp's defaults where the request is silent).
-#[derive(Debug, Clone)]
-pub struct SamplingParams {
-    pub temperature: f32,
-    pub top_k: i32,
-    pub top_p: f32,
-    pub min_p: f32,
-    pub seed: u32,
-    /// OpenAI's penalties: llama.cpp's penalties sampler over the last `PENALTY_LAST_N` tokens.
-    pub frequency_penalty: f32,
-    pub presence_penalty: f32,
-    /// (token id, bias) added to the logits; -infinity bans.
-    pub logit_bias: Vec<(i32, f32)>,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        SamplingParams {
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            seed: 0,
-            frequency_penalty: 0.0,
-            presence_penalty: 0.0,
-            logit_bias: Vec::new(),
-        }
-    }
-}
-
-/// A `logit_bias` id outside the vocabulary is the request's error.
-pub fn check_logit_bias(bias: &[(i32, f32)], n_vocab: i32) -> Result<()> {
-    match bias.iter().find(|(id, _)| *id >= n_vocab) {
-        Some((id, _)) => Err(Error::new(
-            ErrorCode::InvalidArgument,
-            format!("field `logit_bias.{id}`: not a token of this model's vocabulary ({n_vocab} tokens)"),
-        )),
-        None => Ok(()),
-    }
-}
 
 /// How many of the latest tokens the penalties count (llama-server's default).
 pub const PENALTY_LAST_N: i32 = 64;
 
-impl SamplingParams {
-    fn penalized(&self) -> bool {
-        self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
-    }
-
-    /// Adds logit_bias and the penalties to the front of `chain`, as llama.cpp's common_sampler
-    /// orders them. Fails for a token id outside the vocabulary.
-    ///
-    /// # Safety
-    /// `chain` must be a live sampler chain.
-    unsafe fn add_adjustments(&self, chain: *mut sys::llama_sampler, n_vocab: i32) -> Result<()> {
-        check_logit_bias(&self.logit_bias, n_vocab)?;
-        let bias: Vec<sys::llama_logit_bias> =
-            self.logit_bias.iter().map(|&(token, bias)| sys::llama_logit_bias { token, bias }).collect();
-        // SAFETY: the chain is live; logit_bias copies the array.
-        unsafe {
-            if !bias.is_empty() {
-                let b = sys::llama_sampler_init_logit_bias(n_vocab, bias.len() as i32, bias.as_ptr());
-                sys::llama_sampler_chain_add(chain, b);
-            }
-            if self.penalized() {
-                let pen = sys::llama_sampler_init_penalties(
-                    PENALTY_LAST_N,
-                    1.0,
-                    self.frequency_penalty,
-                    self.presence_penalty,
-                );
-                sys::llama_sampler_chain_add(chain, pen);
-            }
+/// Adds logit_bias and the penalties to the front of `chain`, as llama.cpp's common_sampler
+/// orders them (the bias's tokens were checked against the vocabulary when the request was
+/// resolved).
+///
+/// # Safety
+/// `chain` must be a live sampler chain.
+unsafe fn add_adjustments(chain: *mut sys::llama_sampler, p: &SamplingParams, n_vocab: i32) {
+    let bias: Vec<sys::llama_logit_bias> =
+        p.logit_bias.iter().map(|&(token, bias)| sys::llama_logit_bias { token, bias }).collect();
+    // SAFETY: the chain is live; logit_bias copies the array.
+    unsafe {
+        if !bias.is_empty() {
+            let b = sys::llama_sampler_init_logit_bias(n_vocab, bias.len() as i32, bias.as_ptr());
+            sys::llama_sampler_chain_add(chain, b);
         }
-        Ok(())
+        if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
+            let pen = sys::llama_sampler_init_penalties(PENALTY_LAST_N, 1.0, p.frequency_penalty, p.presence_penalty);
+            sys::llama_sampler_chain_add(chain, pen);
+        }
     }
 }
 
@@ -103,30 +53,27 @@ pub struct Sampler {
     cur: Vec<sys::llama_token_data>,
     n_vocab: usize,
     /// The request's logit_bias, which greedy call wrappers honour too (bans hold everywhere).
-    bias: Vec<(i32, f32)>,
-    /// The vocabulary (valid for the sampler's lifetime: `new`'s contract), for token pieces.
-    vocab: *const sys::llama_vocab,
+    bias: Vec<(Token, f32)>,
+    /// The vocabulary, for token pieces.
+    vocab: Arc<Vocab>,
 }
 
 // SAFETY: a sampler belongs to one request, used by its caller's thread only.
 unsafe impl Send for Sampler {}
 
 impl Sampler {
-    /// # Safety
-    /// `vocab` must be valid for the sampler's lifetime.
-    pub unsafe fn new(vocab: *const sys::llama_vocab, p: &SamplingParams, grammar: Option<Grammar>) -> Result<Sampler> {
-        // SAFETY: vocab is valid per the contract.
-        let n_vocab = unsafe { sys::llama_vocab_n_tokens(vocab) } as usize;
-        Ok(Sampler {
-            // SAFETY: as above.
-            chain: unsafe { chain(vocab, p)? },
+    /// A request's sampler over `vocab`: its chain for `p`, and its grammar (when it has one).
+    pub fn new(vocab: Arc<Vocab>, p: &SamplingParams, grammar: Option<Grammar>) -> Sampler {
+        let n_vocab = vocab.n_tokens().max(0) as usize;
+        Sampler {
+            chain: chain(vocab.n_tokens(), p),
             stats: SampleStats::default(),
             grammar,
             cur: Vec::with_capacity(n_vocab),
             n_vocab,
             bias: p.logit_bias.clone(),
             vocab,
-        })
+        }
     }
 
     fn fill(&mut self, logits: &[f32]) {
@@ -197,7 +144,7 @@ impl Sampler {
     }
 
     /// Samples the next token from a row of logits (n_vocab floats).
-    pub fn sample(&mut self, logits: &[f32]) -> Result<sys::llama_token> {
+    pub fn sample(&mut self, logits: &[f32]) -> Result<Token> {
         self.check_row(logits)?;
         self.fill(logits);
         self.run_chain()?;
@@ -215,7 +162,7 @@ impl Sampler {
     /// The most likely token the grammar admits (argmax over the grammar-constrained
     /// candidates, after the request's logit_bias), leaving the chain's state (its random
     /// generator) untouched. The penalties do not apply: a wrapper's tokens are the format's.
-    pub fn sample_greedy(&mut self, logits: &[f32]) -> Result<sys::llama_token> {
+    pub fn sample_greedy(&mut self, logits: &[f32]) -> Result<Token> {
         self.check_row(logits)?;
         let best = |c: &[sys::llama_token_data]| c.iter().max_by(|a, b| a.logit.total_cmp(&b.logit)).map(|t| t.id);
         self.fill(logits);
@@ -241,7 +188,7 @@ impl Sampler {
     }
 
     /// Whether the grammar (when there is one) admits `token` next.
-    pub fn grammar_allows(&mut self, token: sys::llama_token) -> Result<bool> {
+    pub fn grammar_allows(&mut self, token: Token) -> Result<bool> {
         let t0 = Instant::now();
         let r = match self.grammar.as_mut() {
             Some(g) => g.allows(token),
@@ -252,7 +199,7 @@ impl Sampler {
     }
 
     /// Whether the grammar, in its current state, accepts any of `tokens` next.
-    pub fn grammar_allows_any(&mut self, tokens: &[sys::llama_token]) -> Result<bool> {
+    pub fn grammar_allows_any(&mut self, tokens: &[Token]) -> Result<bool> {
         let t0 = Instant::now();
         let r = match self.grammar.as_mut() {
             Some(g) => g.allows_any(tokens),
@@ -274,13 +221,12 @@ impl Sampler {
         r
     }
 
-    fn piece(&self, token: sys::llama_token) -> Vec<u8> {
-        // SAFETY: the vocab outlives the sampler (new's contract).
-        unsafe { crate::tokens::piece(self.vocab, token, true) }
+    fn piece(&self, token: Token) -> Vec<u8> {
+        self.vocab.piece(token, true)
     }
 
     /// Advances only the grammar (past text that is already in the prompt).
-    pub fn accept_grammar(&mut self, token: sys::llama_token) -> Result<()> {
+    pub fn accept_grammar(&mut self, token: Token) -> Result<()> {
         let piece = self.piece(token);
         match self.grammar.as_mut() {
             Some(g) => g.prefill(token, &piece),
@@ -291,7 +237,7 @@ impl Sampler {
     /// Records a generated token in the chain and the grammar. When the grammar fails (at the
     /// pin, e.g. a lazy grammar whose trigger text its own root rejects), the grammar is dropped
     /// and its message returned: generation goes on unconstrained and the caller warns.
-    pub fn accept(&mut self, token: sys::llama_token) -> Result<Option<String>> {
+    pub fn accept(&mut self, token: Token) -> Result<Option<String>> {
         let mut dropped = None;
         if self.grammar.is_some() {
             let t0 = Instant::now();
@@ -315,19 +261,13 @@ fn internal(mut e: Error) -> Error {
     e
 }
 
-/// The sampling chain for `p`: logit adjustments, then greedy at temperature 0, else top-k,
-/// top-p, min-p, temperature and a seeded draw.
-///
-/// # Safety
-/// `vocab` must be valid.
-unsafe fn chain(vocab: *const sys::llama_vocab, p: &SamplingParams) -> Result<*mut sys::llama_sampler> {
+/// The sampling chain for `p` over a vocabulary of `n_vocab` tokens: logit adjustments, then
+/// greedy at temperature 0, else top-k, top-p, min-p, temperature and a seeded draw.
+fn chain(n_vocab: i32, p: &SamplingParams) -> *mut sys::llama_sampler {
     // SAFETY: plain constructors; the chain owns what is added to it.
     unsafe {
         let chain = sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params());
-        if let Err(e) = p.add_adjustments(chain, sys::llama_vocab_n_tokens(vocab)) {
-            sys::llama_sampler_free(chain);
-            return Err(e);
-        }
+        add_adjustments(chain, p, n_vocab);
         if p.temperature <= 0.0 {
             sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_greedy());
         } else {
@@ -343,7 +283,7 @@ unsafe fn chain(vocab: *const sys::llama_vocab, p: &SamplingParams) -> Result<*m
             sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_temp(p.temperature));
             sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_dist(p.seed));
         }
-        Ok(chain)
+        chain
     }
 }
 

@@ -2,7 +2,7 @@
 //! replays them exactly (the template's re-rendering of a reply may tokenize differently, and
 //! would then miss the KV cache from that reply on).
 
-use crate::request::{ChatRequest, Role};
+use crate::request::{Message, Role};
 use crate::tokens::Token;
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -24,7 +24,7 @@ pub struct ReplyRecord {
 impl ReplyRecord {
     /// Whether assistant message `m` of a history is this reply (its tool-call ids, or its
     /// content when it made no call).
-    fn is(&self, m: &crate::request::Message) -> bool {
+    fn is(&self, m: &Message) -> bool {
         m.role == Role::Assistant
             && match &m.tool_calls {
                 Some(calls) if !self.tool_call_ids.is_empty() => {
@@ -55,11 +55,11 @@ impl ReplyBook {
         q.truncate(self.capacity);
     }
 
-    /// The latest assistant message of the request that is a remembered reply: its index in
-    /// `messages` and the record.
-    pub fn find(&self, req: &ChatRequest) -> Option<(usize, ReplyRecord)> {
+    /// The latest assistant message of a request's `messages` that is a remembered reply: its
+    /// index in `messages` and the record.
+    pub fn find(&self, messages: &[Message]) -> Option<(usize, ReplyRecord)> {
         let q = self.records.lock().unwrap_or_else(|p| p.into_inner());
-        req.messages
+        messages
             .iter()
             .enumerate()
             .rev()

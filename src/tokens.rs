@@ -1,10 +1,117 @@
-//! The vocabulary: tokenizing text and rendering tokens, over llama.cpp's buffer protocol.
+//! The vocabulary: [`Vocab`], a model's tokenizer and token pieces behind a safe interface
+//! (tokenizing text, rendering tokens, special and byte tokens, spelling text exactly in
+//! tokens). Nothing above this module calls llama.cpp's vocabulary functions; the grammar layer
+//! (src/grammar/), which keeps a vocabulary pointer for a grammar's lifetime, takes
+//! [`Vocab::raw`].
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::model::Model;
 use crate::sys;
+use std::sync::{Arc, OnceLock};
 
 /// A token id of the model's vocabulary (llama.cpp's `llama_token`).
 pub type Token = sys::llama_token;
+
+/// A model's vocabulary. It holds the model, so the vocabulary stays valid as long as the
+/// `Vocab` lives; the indexes over it are built on first need and shared by every request (any
+/// thread may use it: llama.cpp's vocabulary is immutable once loaded).
+pub struct Vocab {
+    model: Arc<Model>,
+    n_tokens: i32,
+    /// piece text → token, built on first need (exact spelling, jump-forward).
+    pieces: OnceLock<PieceIndex>,
+    /// The tokens that are never valid UTF-8, built on first need.
+    not_utf8: OnceLock<Vec<Token>>,
+}
+
+impl Vocab {
+    /// The vocabulary of `model`.
+    pub fn new(model: Arc<Model>) -> Vocab {
+        // SAFETY: the vocabulary of a live model.
+        let n_tokens = unsafe { sys::llama_vocab_n_tokens(model.vocab()) };
+        Vocab { model, n_tokens, pieces: OnceLock::new(), not_utf8: OnceLock::new() }
+    }
+
+    /// llama.cpp's vocabulary, for the grammar layer: valid as long as `self` lives.
+    pub fn raw(&self) -> *const sys::llama_vocab {
+        self.model.vocab()
+    }
+
+    /// How many tokens the vocabulary has (a logits row's length).
+    pub fn n_tokens(&self) -> i32 {
+        self.n_tokens
+    }
+
+    /// Tokenizes `text`, special tokens' text parsed as those tokens (what a rendered prompt
+    /// needs), without adding BOS/EOS.
+    pub fn tokenize(&self, text: &str) -> Result<Vec<Token>> {
+        // SAFETY: the vocabulary lives as long as the model `self` holds.
+        unsafe { tokenize(self.raw(), text, true) }
+    }
+
+    /// Tokenizes `text` as plain text: special tokens' text is not parsed.
+    pub fn tokenize_literal(&self, text: &str) -> Result<Vec<Token>> {
+        // SAFETY: as above.
+        unsafe { tokenize(self.raw(), text, false) }
+    }
+
+    /// `text`'s tokens, with the model's BOS first when the vocabulary adds one.
+    pub fn tokenize_with_bos(&self, text: &str) -> Result<Vec<Token>> {
+        let mut toks = self.tokenize(text)?;
+        // SAFETY: as above.
+        let (add_bos, bos) = unsafe { (sys::llama_vocab_get_add_bos(self.raw()), sys::llama_vocab_bos(self.raw())) };
+        if add_bos && bos >= 0 && toks.first() != Some(&bos) {
+            toks.insert(0, bos);
+        }
+        Ok(toks)
+    }
+
+    /// The token `text` tokenizes to when it is one token (a grammar's `<text>` reference, a
+    /// template's preserved token).
+    pub fn single_token(&self, text: &str) -> Option<Token> {
+        match self.tokenize(text) {
+            Ok(ids) if ids.len() == 1 => Some(ids[0]),
+            _ => None,
+        }
+    }
+
+    /// The bytes of `token` (special tokens rendered when `special`).
+    pub fn piece(&self, token: Token, special: bool) -> Vec<u8> {
+        // SAFETY: as above.
+        unsafe { piece(self.raw(), token, special) }
+    }
+
+    /// Whether `token` ends a generation (EOS, EOT and the like).
+    pub fn is_eog(&self, token: Token) -> bool {
+        // SAFETY: as above.
+        unsafe { sys::llama_vocab_is_eog(self.raw(), token) }
+    }
+
+    /// The model's end-of-turn token (EOT, else EOS): what ends a reply once its one allowed
+    /// call is complete. None when the vocabulary has neither.
+    pub fn end_of_turn(&self) -> Option<Token> {
+        // SAFETY: as above.
+        let (eot, eos) = unsafe { (sys::llama_vocab_eot(self.raw()), sys::llama_vocab_eos(self.raw())) };
+        Some(if eot >= 0 { eot } else { eos }).filter(|t| *t >= 0)
+    }
+
+    /// The vocabulary's pieces (special tokens rendered), indexed on first need.
+    pub fn pieces(&self) -> &PieceIndex {
+        self.pieces.get_or_init(|| PieceIndex::from_pieces((0..self.n_tokens).map(|t| (self.piece(t, true), t))))
+    }
+
+    /// Tokens whose pieces spell `text` exactly (see [`PieceIndex::spell`]).
+    pub fn spell(&self, text: &str) -> Option<Vec<Token>> {
+        self.pieces().spell(text)
+    }
+
+    /// The byte tokens that are invalid UTF-8 wherever they stand ([`crate::utf8::never_valid`]:
+    /// byte-fallback and byte-level tokens for C0, C1, F5–FF), sorted, found on first need.
+    pub fn not_utf8_tokens(&self) -> &[Token] {
+        self.not_utf8
+            .get_or_init(|| (0..self.n_tokens).filter(|&t| crate::utf8::never_valid(&self.piece(t, false))).collect())
+    }
+}
 
 /// llama.cpp's buffer protocol: `call(buf)` returns the count written, or minus the size it needs.
 /// Calls once, and once more with the size asked for; None when it still fails.
@@ -25,14 +132,10 @@ fn with_growing_buffer<T: Clone + Default>(initial: usize, mut call: impl FnMut(
 ///
 /// # Safety
 /// `vocab` must be a valid llama vocabulary for the duration of the call.
-pub unsafe fn tokenize(
-    vocab: *const sys::llama_vocab,
-    text: &str,
-    parse_special: bool,
-) -> Result<Vec<sys::llama_token>> {
+unsafe fn tokenize(vocab: *const sys::llama_vocab, text: &str, parse_special: bool) -> Result<Vec<Token>> {
     let len =
         i32::try_from(text.len()).map_err(|_| Error::new(ErrorCode::ContextOverflow, "prompt larger than 2 GB"))?;
-    with_growing_buffer(text.len() + 4, |buf: &mut [sys::llama_token]| {
+    with_growing_buffer(text.len() + 4, |buf: &mut [Token]| {
         // SAFETY: buf holds buf.len() tokens; text is valid for len bytes; vocab per the contract.
         unsafe {
             sys::llama_tokenize(
@@ -49,11 +152,12 @@ pub unsafe fn tokenize(
     .ok_or_else(|| Error::new(ErrorCode::Internal, "tokenization failed"))
 }
 
-/// The bytes of one token (special tokens rendered when `special`).
+/// The bytes of one token (special tokens rendered when `special`): [`Vocab::piece`], for the
+/// grammar layer, which holds a vocabulary pointer for a grammar's lifetime.
 ///
 /// # Safety
 /// `vocab` must be a valid llama vocabulary for the duration of the call.
-pub unsafe fn piece(vocab: *const sys::llama_vocab, token: sys::llama_token, special: bool) -> Vec<u8> {
+pub(crate) unsafe fn piece(vocab: *const sys::llama_vocab, token: Token, special: bool) -> Vec<u8> {
     with_growing_buffer(64, |buf: &mut [u8]| {
         // SAFETY: buf holds buf.len() bytes; vocab per the contract.
         unsafe { sys::llama_token_to_piece(vocab, token, buf.as_mut_ptr() as *mut _, buf.len() as i32, 0, special) }
@@ -67,28 +171,19 @@ pub unsafe fn piece(vocab: *const sys::llama_vocab, token: sys::llama_token, spe
 pub struct PieceIndex {
     bytes: Vec<u8>,
     /// (start in `bytes`, length, token), sorted by the piece; one entry per distinct piece.
-    entries: Vec<(u32, u32, sys::llama_token)>,
+    entries: Vec<(u32, u32, Token)>,
 }
 
 impl PieceIndex {
-    /// # Safety
-    /// `vocab` must be a valid llama vocabulary for the duration of the call.
-    pub unsafe fn build(vocab: *const sys::llama_vocab) -> PieceIndex {
-        // SAFETY: caller contract.
-        let n = unsafe { sys::llama_vocab_n_tokens(vocab) };
-        // SAFETY: caller contract.
-        PieceIndex::from_pieces((0..n).map(|t| (unsafe { piece(vocab, t, true) }, t)))
-    }
-
     /// The index of `pieces` (the first token of a piece wins; empty pieces are left out).
-    pub fn from_pieces(pieces: impl IntoIterator<Item = (Vec<u8>, sys::llama_token)>) -> PieceIndex {
+    pub fn from_pieces(pieces: impl IntoIterator<Item = (Vec<u8>, Token)>) -> PieceIndex {
         let mut idx = PieceIndex { bytes: Vec::new(), entries: Vec::new() };
         for (p, t) in pieces.into_iter().filter(|(p, _)| !p.is_empty()) {
             idx.entries.push((idx.bytes.len() as u32, p.len() as u32, t));
             idx.bytes.extend_from_slice(&p);
         }
         let bytes = std::mem::take(&mut idx.bytes);
-        let at = |&(start, len, _): &(u32, u32, sys::llama_token)| &bytes[start as usize..(start + len) as usize];
+        let at = |&(start, len, _): &(u32, u32, Token)| &bytes[start as usize..(start + len) as usize];
         // Stable: among equal pieces the first token stays first, and dedup keeps it.
         idx.entries.sort_by(|x, y| at(x).cmp(at(y)));
         idx.entries.dedup_by(|later, first| at(later) == at(first));
@@ -97,11 +192,11 @@ impl PieceIndex {
         idx
     }
 
-    fn piece_of(&self, &(start, len, _): &(u32, u32, sys::llama_token)) -> &[u8] {
+    fn piece_of(&self, &(start, len, _): &(u32, u32, Token)) -> &[u8] {
         &self.bytes[start as usize..(start + len) as usize]
     }
 
-    fn get(&self, piece: &[u8]) -> Option<sys::llama_token> {
+    fn get(&self, piece: &[u8]) -> Option<Token> {
         let i = self.entries.partition_point(|e| self.piece_of(e) < piece);
         self.entries.get(i).filter(|e| self.piece_of(e) == piece).map(|e| e.2)
     }
@@ -109,7 +204,7 @@ impl PieceIndex {
     /// Tokens whose pieces spell `text` exactly (greedy longest match over the vocabulary), so a
     /// grammar can be advanced past text the tokenizer would split differently (SPM's space
     /// prefix makes the tokenized generation prompt start with a space the grammar rejects).
-    pub fn spell(&self, text: &str) -> Option<Vec<sys::llama_token>> {
+    pub fn spell(&self, text: &str) -> Option<Vec<Token>> {
         let bytes = text.as_bytes();
         let mut out = Vec::new();
         let mut i = 0;
@@ -123,7 +218,7 @@ impl PieceIndex {
     }
 
     /// The tokens whose pieces start with `prefix` and are longer than it.
-    pub fn extensions<'a>(&'a self, prefix: &'a [u8]) -> impl Iterator<Item = sys::llama_token> + 'a {
+    pub fn extensions<'a>(&'a self, prefix: &'a [u8]) -> impl Iterator<Item = Token> + 'a {
         let from = self.entries.partition_point(|e| self.piece_of(e) <= prefix);
         self.entries[from..].iter().take_while(move |e| self.piece_of(e).starts_with(prefix)).map(|e| e.2)
     }

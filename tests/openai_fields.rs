@@ -128,11 +128,9 @@ fn token_ids_of(entry: &Value) -> Vec<i32> {
 
 /// The first token of `text` in the qwen2 vocabulary: (id, its text).
 fn token_of(text: &str) -> (i32, String) {
-    let model = llb::model::acquire(&corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false)).unwrap();
-    // SAFETY: the vocabulary lives as long as `model`.
-    let ids = unsafe { llb::tokens::tokenize(model.vocab(), text, false) }.unwrap();
-    // SAFETY: as above.
-    let piece = unsafe { llb::tokens::piece(model.vocab(), ids[0], false) };
+    let vocab = llb::tokens::Vocab::new(llb::model::acquire(&corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false)).unwrap());
+    let ids = vocab.tokenize_literal(text).unwrap();
+    let piece = vocab.piece(ids[0], false);
     (ids[0], String::from_utf8(piece).unwrap())
 }
 

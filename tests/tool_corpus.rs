@@ -385,34 +385,38 @@ fn three_hundred_tools_walk_to_a_valid_strict_call_in_every_family() {
             serde_json::from_value(json!({"model_path": corpus_fixture(template, false), "n_ctx": 512, "n_threads": 1}))
                 .unwrap();
         let e = llb::engine::Engine::create(config, None).unwrap();
-        let p = e.prompter();
-        let req: llb::request::ChatRequest = serde_json::from_value(json!({
-            "messages": [{"role": "user", "content": "Use one of the tools."}], "tools": tools,
-            "tool_choice": "required", "parallel_tool_calls": false, "chat_template_kwargs": {"enable_thinking": false},
-        }))
-        .unwrap();
+        let (p, vocab) = (e.prompter(), e.vocab());
+        let req = e
+            .resolve(
+                &json!({
+                    "messages": [{"role": "user", "content": "Use one of the tools."}], "tools": tools,
+                    "tool_choice": "required", "parallel_tool_calls": false, "chat_template_kwargs": {"enable_thinking": false},
+                })
+                .to_string(),
+            )
+            .unwrap();
         let started = Instant::now();
         let plan = p.plan(&req).unwrap_or_else(|e| panic!("{family}: {e:?}"));
         let mut g = p.grammar(plan.grammar.as_ref().expect("a strict grammar")).unwrap();
         let built = started.elapsed();
         assert!(matches!(g, llb::grammar::Grammar::Engine(_)), "{family}: the grammar fell back to GBNF");
-        for t in plan.grammar_prefill.as_deref().map(|pre| p.exact_tokens(pre).unwrap()).unwrap_or_default() {
-            g.prefill(t, &p.piece(t, true)).unwrap();
+        for t in plan.grammar_prefill.as_deref().map(|pre| vocab.spell(pre).unwrap()).unwrap_or_default() {
+            g.prefill(t, &vocab.piece(t, true)).unwrap();
         }
-        let n_vocab = unsafe { llb::sys::llama_vocab_n_tokens(p.vocab()) } as usize;
+        let n_vocab = vocab.n_tokens() as usize;
         let logits = vec![0.0f32; n_vocab];
         let mut rng = 0x9e3779b97f4a7c15u64 ^ fi as u64;
         let mut text = Vec::new();
         for step in 0.. {
             assert!(step < 4000, "{family}: no end after 4000 tokens: {}", String::from_utf8_lossy(&text));
             let allowed = g.allowed_candidates(&logits).unwrap().expect("the engine lists candidates");
-            let eog = allowed.iter().find(|t| unsafe { llb::sys::llama_vocab_is_eog(p.vocab(), t.id) });
+            let eog = allowed.iter().find(|t| vocab.is_eog(t.id));
             if let Some(_end) = eog {
                 break;
             }
             rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let t = allowed[(rng >> 33) as usize % allowed.len()].id;
-            let piece = p.piece(t, true);
+            let piece = vocab.piece(t, true);
             assert!(g.accept(t, &piece).unwrap().is_none(), "{family}: token refused after the mask allowed it");
             text.extend_from_slice(&piece);
         }

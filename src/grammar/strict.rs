@@ -1020,9 +1020,97 @@ fn merge_schema(into: &mut Value, part: &Value) {
     }
 }
 
+/// The strict grammar's section when one call is allowed and the template's section is a bare
+/// repetition of calls.
+const ONE_CALL_RULE: &str = "llb-tool-section ::= tool-call";
+
+/// What a strict reply may write before its call section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lead<'a> {
+    /// Nothing: the call section from the first token.
+    None,
+    /// The prompt opened a reasoning block but thinking is off: its end tag, at once.
+    Close { end: &'a str },
+    /// The prompt opened a reasoning block: reasoning up to its end tag.
+    Finish { end: &'a str },
+    /// An optional reasoning block (start tag, reasoning, end tag).
+    Optional { start: &'a str, end: &'a str },
+}
+
+/// The strict grammar for `required` and named choices: the tool-call `section` (see
+/// [`strict_section`]) from the first output token, preceded only by `lead`. With
+/// `single_call`, a section that is a bare repetition of calls admits one call.
+pub fn strict_grammar(section: &str, lead: Lead, single_call: bool) -> String {
+    // With one call allowed: when llama.cpp's `tool-calls` rule is a bare repetition of
+    // `tool-call` (not a section with its own markers), only `tool-call` may start the reply.
+    let bare_repetition = section.lines().any(|l| {
+        l.strip_prefix("tool-calls ::= ").is_some_and(|body| {
+            body.split(|c: char| c.is_whitespace() || "()+*?".contains(c))
+                .filter(|t| !t.is_empty())
+                .all(|t| t == "tool-call" || t == "space")
+        })
+    });
+    let mut rules: Vec<String> = section
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| match l.strip_prefix("root ::= ") {
+            Some(body) if single_call && bare_repetition && body.split(" | ").any(|n| n == "tool-call") => {
+                ONE_CALL_RULE.to_string()
+            }
+            Some(body) => format!("llb-tool-section ::= {body}"),
+            None => l.to_string(),
+        })
+        .collect();
+    // Nothing between the end of the reasoning block and the call: some parsers take no
+    // whitespace there (Command-R7B's refused `<|END_THINKING|> \n\n<|START_ACTION|>`, issue 24),
+    // and every parser takes none.
+    let ws = "llb-ws ::= \"\"";
+    let root = match lead {
+        Lead::Close { end } => format!("root ::= {} llb-ws llb-tool-section", gbnf_literal(end)),
+        Lead::Finish { end } => {
+            format!("root ::= {} {} llb-ws llb-tool-section", crate::grammar::gbnf::until(end), gbnf_literal(end))
+        }
+        Lead::Optional { start, end } => format!(
+            "root ::= ({} {} {} llb-ws)? llb-tool-section",
+            gbnf_literal(start),
+            crate::grammar::gbnf::until(end),
+            gbnf_literal(end)
+        ),
+        Lead::None => "root ::= llb-tool-section".to_string(),
+    };
+    rules.push(ws.to_string());
+    rules.insert(0, root);
+    rules.join("\n") + "\n"
+}
+
+/// Whether a strict grammar (see [`strict_grammar`]) admits one call only: no need to parse the
+/// output while generating to catch a second call.
+pub fn admits_one_call(gbnf: &str) -> bool {
+    gbnf.lines().any(|l| l == ONE_CALL_RULE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_strict_grammar_starts_with_its_lead_and_one_call_where_one_is_allowed() {
+        let section = "root ::= tool-calls\ntool-calls ::= tool-call+\ntool-call ::= \"x\"\n";
+        let one = strict_grammar(section, Lead::None, true);
+        assert_eq!(one.lines().next(), Some("root ::= llb-tool-section"));
+        assert!(!admits_one_call(&one), "the root names tool-calls, not tool-call: {one}");
+        let bare = "root ::= tool-call | tool-calls\ntool-calls ::= tool-call+\ntool-call ::= \"x\"\n";
+        let one = strict_grammar(bare, Lead::None, true);
+        assert!(admits_one_call(&one), "{one}");
+        assert!(!admits_one_call(&strict_grammar(bare, Lead::None, false)));
+        assert!(one.ends_with("llb-ws ::= \"\"\n"), "{one}");
+        let close = strict_grammar(section, Lead::Close { end: "</think>" }, false);
+        assert!(close.starts_with("root ::= \"</think>\" llb-ws llb-tool-section\n"), "{close}");
+        let optional = strict_grammar(section, Lead::Optional { start: "<think>", end: "</think>" }, false);
+        assert!(optional.starts_with("root ::= (\"<think>\" "), "{optional}");
+        assert!(optional.lines().next().unwrap().ends_with("\"</think>\" llb-ws)? llb-tool-section"), "{optional}");
+        assert!(optional.contains("llb-tool-section ::= tool-calls\n"), "{optional}");
+    }
 
     #[test]
     fn exclusion_group_is_found_past_literals_and_classes() {

@@ -117,11 +117,8 @@ pub fn corpus_fixture(template: &str, vocab_only: bool) -> PathBuf {
 
 /// The ids of `model`'s tokens whose piece (special tokens not rendered) satisfies `pred`.
 pub fn tokens_where(model: &Path, pred: impl Fn(&[u8]) -> bool) -> Vec<i32> {
-    let m = llb::model::acquire(model).unwrap();
-    // SAFETY: the vocabulary lives as long as `m`.
-    let n = unsafe { llb::sys::llama_vocab_n_tokens(m.vocab()) };
-    // SAFETY: as above.
-    (0..n).filter(|&t| pred(&unsafe { llb::tokens::piece(m.vocab(), t, false) })).collect()
+    let vocab = llb::tokens::Vocab::new(llb::model::acquire(model).unwrap());
+    (0..vocab.n_tokens()).filter(|&t| pred(&vocab.piece(t, false))).collect()
 }
 
 /// Bytes this process holds through glibc's malloc, every arena summed (chunks in use plus

@@ -1,0 +1,200 @@
+//! Engine settings: an [`EngineConfig`] resolved once, when an engine or pool is created, into
+//! [`EngineSettings`], where every default is filled in. The defaults live here and nowhere else,
+//! one comment per field (as llama.h's `llama_context_default_params()` does), so nothing
+//! downstream reads an `Option` of the config or writes a default of its own.
+
+use super::EngineConfig;
+use crate::error::{bail, Result};
+use serde_json::{Map, Value};
+
+/// A context's size in tokens when the config gives none: per parallel request, and at most the
+/// model's training context.
+pub const DEFAULT_N_CTX: u32 = 4096;
+/// The logical batch (`n_batch`) when the config gives none.
+pub const DEFAULT_N_BATCH: u32 = 512;
+/// The physical batch (`n_ubatch`) is `n_batch` up to this: llama.cpp reserves logits for a
+/// whole physical batch (n_vocab × n_ubatch × 4 bytes: 5 GB for a 152k vocabulary at 8192), and
+/// larger physical batches gain nothing on a CPU.
+pub const MAX_UBATCH: u32 = 512;
+/// A pool's `n_parallel` when the config gives none.
+pub const DEFAULT_N_PARALLEL: u32 = 4;
+/// Waiting requests per running one when the config gives no `max_queue`.
+pub const DEFAULT_QUEUE_PER_PARALLEL: u32 = 16;
+/// Sequences per running request a pool keeps (the rest hold idle conversations for reuse).
+pub const SLOTS_PER_PARALLEL: usize = 4;
+/// llama.cpp's limit on sequences (`LLAMA_MAX_SEQ`).
+pub const MAX_SEQ_IDS: usize = 256;
+/// ggml's thread limit (`GGML_MAX_N_THREADS`): more makes ggml allocate and spawn per thread.
+pub const MAX_THREADS: i32 = 512;
+
+/// What a config opens: an engine (`llb_chat_create`: one conversation, one request at a time)
+/// or a pool (`llb_pool_create`: `n_parallel` requests at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandleKind {
+    Engine,
+    Pool,
+}
+
+/// An engine's or pool's settings, every default resolved.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Requests decoding at once. Engine: 1. Pool: `n_parallel`, default 4 (1 to 128).
+    pub n_parallel: u32,
+    /// KV cells of the context, shared by its sequences. Default: 4096 per parallel request,
+    /// each at most the model's training context. An engine's may not exceed the training
+    /// context (llb sets no RoPE scaling: more buys nothing and costs memory).
+    pub n_ctx: u32,
+    /// The most tokens one sequence (a prompt and its reply) may hold: an engine's `n_ctx`; a
+    /// pool's `n_ctx` (or 4096 by default), at most the training context.
+    pub max_seq: u32,
+    /// The logical batch: `n_batch`, default 512, at most `n_ctx`.
+    pub n_batch: u32,
+    /// The physical batch: `n_batch` up to 512 ([`MAX_UBATCH`]).
+    pub n_ubatch: u32,
+    /// Sequences of the context. Engine: 1. Pool: 4 per parallel request (at most 256): running
+    /// requests plus idle conversations kept for reuse.
+    pub n_slots: usize,
+    /// Requests that may wait for a turn (one more is `queue_full`): `max_queue` (pools only),
+    /// default 16 per parallel request.
+    pub max_queue: usize,
+    /// The most compute threads a decode uses: `n_threads` (1 to 512), default the process's
+    /// thread budget (the machine's cores, or `LLB_THREAD_BUDGET`; src/threads.rs).
+    pub n_threads: usize,
+    /// Decode threads follow what the machine gives, `n_threads` the ceiling (docs/scaling.md,
+    /// "Sharing the cores"). Default false until its benchmark confirms the idle speed.
+    pub adaptive_threads: bool,
+    /// How hard idle compute threads poll before sleeping, 0 to 100 as llama.cpp's `--poll`.
+    /// Default 0 (sleep at once: the cores go to the host).
+    pub thread_poll: u32,
+    /// The seed of requests that give none. Default none: each such request draws its own.
+    pub seed: Option<u64>,
+    /// Greedy call wrappers for requests that do not say (docs/design.md, "Deterministic call
+    /// syntax"). Default true.
+    pub deterministic_call_syntax: bool,
+    /// Jump-forward decoding for requests that do not say (docs/design.md, "Jump-forward
+    /// decoding"). Default true.
+    pub jump_forward: bool,
+    /// The reasoning budget of requests that set none (-1 unlimited, 0 no thinking). Default
+    /// none: a request's `reasoning_effort` may then stand for one (docs/tool-calls.md).
+    pub reasoning_budget: Option<i64>,
+    /// Template kwargs every request gets (a request's own override them). Default none.
+    pub chat_template_kwargs: Map<String, Value>,
+}
+
+impl EngineConfig {
+    /// Checks what serde cannot (value ranges, and fields only a pool takes), before the model
+    /// is opened.
+    pub fn validate(&self, kind: HandleKind) -> Result<()> {
+        if self.n_ctx == Some(0) || self.n_batch == Some(0) {
+            bail!(InvalidArgument, "n_ctx and n_batch must be positive");
+        }
+        if self.reasoning_budget.is_some_and(|b| b < -1) {
+            bail!(
+                InvalidArgument,
+                "field `reasoning_budget`: must be -1 (unlimited), 0 (no thinking) or a number of tokens"
+            );
+        }
+        if self.n_threads.is_some_and(|t| t <= 0) {
+            bail!(InvalidArgument, "field `n_threads`: must be positive");
+        }
+        if let Some(t) = self.n_threads.filter(|t| *t > MAX_THREADS) {
+            bail!(InvalidArgument, "field `n_threads`: {t} is more than ggml's limit of {MAX_THREADS} threads");
+        }
+        if self.thread_poll.is_some_and(|p| p > 100) {
+            bail!(InvalidArgument, "field `thread_poll`: must be 0 to 100");
+        }
+        match (self.n_parallel, kind) {
+            (Some(n), HandleKind::Pool) if n == 0 || n as usize > MAX_SEQ_IDS / 2 => {
+                bail!(InvalidArgument, "field `n_parallel`: must be 1 to {}", MAX_SEQ_IDS / 2)
+            }
+            (Some(n), HandleKind::Engine) if n != 1 => bail!(
+                InvalidArgument,
+                "field `n_parallel`: an engine (llb_chat_create) runs one request at a time; open a pool \
+                 (llb_pool_create) to serve {n} at once"
+            ),
+            _ => {}
+        }
+        if self.max_queue.is_some() && kind == HandleKind::Engine {
+            bail!(InvalidArgument, "field `max_queue`: only pools (llb_pool_create) queue requests");
+        }
+        Ok(())
+    }
+}
+
+impl EngineSettings {
+    /// `config` (checked by [`EngineConfig::validate`]) with every default filled in.
+    /// `n_ctx_train` is the model's training context, when its header gives one.
+    pub fn resolve(config: &EngineConfig, kind: HandleKind, n_ctx_train: Option<u32>) -> Result<EngineSettings> {
+        let n_parallel = match kind {
+            HandleKind::Engine => 1,
+            HandleKind::Pool => config.n_parallel.unwrap_or(DEFAULT_N_PARALLEL),
+        };
+        let (n_ctx, max_seq) = context_size(config.n_ctx, n_ctx_train, n_parallel)?;
+        let n_batch = config.n_batch.unwrap_or(DEFAULT_N_BATCH).min(n_ctx);
+        Ok(EngineSettings {
+            n_parallel,
+            n_ctx,
+            max_seq,
+            n_batch,
+            n_ubatch: n_batch.min(MAX_UBATCH),
+            n_slots: match kind {
+                HandleKind::Engine => 1,
+                HandleKind::Pool => (n_parallel as usize * SLOTS_PER_PARALLEL).min(MAX_SEQ_IDS),
+            },
+            max_queue: config.max_queue.unwrap_or(n_parallel * DEFAULT_QUEUE_PER_PARALLEL) as usize,
+            n_threads: config.n_threads.map_or(crate::threads::total(), |t| t as usize),
+            adaptive_threads: config.adaptive_threads.unwrap_or(false),
+            thread_poll: config.thread_poll.unwrap_or(0),
+            seed: config.seed,
+            deterministic_call_syntax: config.deterministic_call_syntax.unwrap_or(true),
+            jump_forward: config.jump_forward.unwrap_or(true),
+            reasoning_budget: config.reasoning_budget,
+            chat_template_kwargs: config.chat_template_kwargs.clone().unwrap_or_default(),
+        })
+    }
+}
+
+/// The context's size in tokens and the most one sequence may hold. An engine's `n_ctx` is its
+/// conversation's (4096 by default, at most the training context: llb sets no RoPE scaling, so
+/// more buys nothing and costs memory, up to terabytes for a u32). A pool's `n_ctx` is the KV
+/// budget all its sequences share (by default 4096 per parallel request); one sequence still
+/// holds at most the training context.
+fn context_size(n_ctx: Option<u32>, n_ctx_train: Option<u32>, n_parallel: u32) -> Result<(u32, u32)> {
+    let per_seq = DEFAULT_N_CTX.min(n_ctx_train.unwrap_or(DEFAULT_N_CTX));
+    let train = n_ctx_train.unwrap_or(u32::MAX);
+    Ok(match n_ctx {
+        Some(n) if n_parallel == 1 && n > train => bail!(
+            InvalidArgument,
+            "field `n_ctx`: {n} is more than the {train} tokens of context the model was trained for"
+        ),
+        Some(n) => (n, n.min(train)),
+        None => (per_seq.saturating_mul(n_parallel), per_seq),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(v: serde_json::Value) -> EngineConfig {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn defaults_are_resolved_once() {
+        let c = config(serde_json::json!({"model_path": "m.gguf"}));
+        let e = EngineSettings::resolve(&c, HandleKind::Engine, Some(32768)).unwrap();
+        assert_eq!((e.n_parallel, e.n_ctx, e.max_seq, e.n_batch, e.n_ubatch), (1, 4096, 4096, 512, 512));
+        assert_eq!((e.n_slots, e.max_queue), (1, 16));
+        assert!(!e.adaptive_threads && e.deterministic_call_syntax && e.jump_forward);
+        assert_eq!((e.thread_poll, e.seed, e.reasoning_budget), (0, None, None));
+        let p = EngineSettings::resolve(&c, HandleKind::Pool, Some(2048)).unwrap();
+        assert_eq!((p.n_parallel, p.n_ctx, p.max_seq, p.n_slots, p.max_queue), (4, 8192, 2048, 16, 64));
+        let c = config(serde_json::json!({"model_path": "m.gguf", "n_ctx": 256, "n_batch": 1024}));
+        let e = EngineSettings::resolve(&c, HandleKind::Engine, Some(512)).unwrap();
+        assert_eq!((e.n_ctx, e.n_batch, e.n_ubatch), (256, 256, 256), "the batch is at most the context");
+        let c = config(serde_json::json!({"model_path": "m.gguf", "n_ctx": 1024}));
+        assert!(EngineSettings::resolve(&c, HandleKind::Engine, Some(512)).is_err(), "past the training context");
+        assert_eq!(EngineSettings::resolve(&c, HandleKind::Pool, Some(512)).unwrap().max_seq, 512);
+    }
+}
