@@ -500,6 +500,7 @@ fn build_shim(manifest: &Path, src: &Path) {
         "native/shim.cpp",
         "native/isolate.cpp",
         "native/rpc_guard.cpp",
+        "native/rpc_guard.h",
         "native/guard.h",
         "native/shim.h",
         "native/chat_templates_layout.h",

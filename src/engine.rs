@@ -139,7 +139,7 @@ impl Chat {
         let (n_ctx, max_seq) = context_size(config.n_ctx, n_ctx_train, n_parallel)?;
         let n_batch = config.n_batch.unwrap_or(512).min(n_ctx);
         let model = model::acquire_with(&path, &load)?;
-        crate::backend::check_kv_types(&model, &ctx_params)?;
+        model.check_kv_types(&ctx_params)?;
         check_context_memory(&model, n_ctx, &ctx_params)?;
         // SAFETY: the model is alive for the call.
         let templates = unsafe { Templates::from_model(model.raw()) }?;

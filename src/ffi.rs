@@ -73,7 +73,7 @@ unsafe fn arg_str<'a>(p: *const c_char, name: &str) -> crate::error::Result<&'a 
 /// Threads: may be called from any thread, concurrently with anything.
 #[no_mangle]
 pub extern "C" fn llb_version() -> *mut c_char {
-    guard(internal_c, || into_c(&crate::version()))
+    guard(internal_c, || into_c(&crate::version::version()))
 }
 
 /// Lists the devices of the compiled-in ggml backends (the CPU; GPUs with `LLB_CUDA=1`,
@@ -88,7 +88,7 @@ pub extern "C" fn llb_version() -> *mut c_char {
 /// Threads: may be called from any thread, concurrently with anything.
 #[no_mangle]
 pub extern "C" fn llb_devices() -> *mut c_char {
-    guard(internal_c, || into_c(&crate::devices()))
+    guard(internal_c, || into_c(&crate::version::devices()))
 }
 
 /// Reports what the chat template of the GGUF at `gguf_path` can do, reading the file's header
@@ -525,6 +525,6 @@ pub unsafe extern "C" fn llb_model_pull(
             Ok(t) => t,
             Err(e) => return error_c(&e),
         };
-        into_c(&crate::pull::pull_json(text, &|ev: &Value| cb.as_ref().is_none_or(|cb| cb.call(ev))))
+        json_result(crate::pull::pull_json(text, &|ev: &Value| cb.as_ref().is_none_or(|cb| cb.call(ev))))
     })
 }

@@ -88,7 +88,7 @@ pub fn sample_tools() -> serde_json::Value {
 }
 
 pub fn llama_cpp_dir() -> PathBuf {
-    std::env::var_os("LLB_LLAMA_CPP_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(crate::LLAMA_CPP_DIR))
+    std::env::var_os("LLB_LLAMA_CPP_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(crate::version::LLAMA_CPP_DIR))
 }
 
 pub fn vocab_path(vocab: &str) -> PathBuf {

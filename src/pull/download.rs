@@ -7,7 +7,7 @@
 
 use super::cache::disk_error;
 use super::hub::{backoff, Hub, NETWORK_ATTEMPTS};
-use super::Events;
+use super::events::Events;
 use crate::error::{Error, ErrorCode, Result};
 use serde_json::json;
 use sha1::Sha1;

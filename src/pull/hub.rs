@@ -7,7 +7,7 @@
 //! `X-Linked-*` headers can be read from the redirect itself.
 
 use super::select;
-use super::Events;
+use super::events::Events;
 use crate::error::{Error, ErrorCode, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
