@@ -1,4 +1,4 @@
-//! Build script: owns every native step (see STYLE §12).
+//! Build script: owns every native step (docs/STYLE.md §12).
 //!
 //! 1. Locate the pinned llama.cpp tree (`LLB_LLAMA_CPP_DIR`, else `native/llama.cpp/`, else fetch
 //!    the pinned sdist with pip, verify its sha256 and unpack it).
@@ -8,8 +8,9 @@
 //! 4. cbindgen: the public C header, written to `OUT_DIR/llb.h`; `include/llb.h` is the committed
 //!    copy, refreshed when `LLB_BLESS_HEADER=1` and checked by a test.
 //!
-//! The Rust FFI for `llama.h`, `gguf.h` and `native/shim.h` is not generated here: bindgen's output
-//! for the pinned tree is committed (`src/sys/bindings.rs`), so a build needs no libclang;
+//! The Rust FFI (llama.h, gguf.h, ggml-backend.h, ggml-rpc.h, native/shim.h, native/rpc_guard.h)
+//! is not generated here: bindgen's output for the pinned tree is committed
+//! (`src/sys/bindings.rs`), so a build needs no libclang;
 //! `tests/bindings.rs` regenerates it and compares where libclang is installed.
 //!
 //! A missing tool (cmake, a C/C++ compiler, pip) stops the build with one `error:` line saying

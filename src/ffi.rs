@@ -1,9 +1,9 @@
-//! The C ABI. This module only converts and guards (STYLE §11): every export runs inside
-#![allow(non_camel_case_types)] // the C names are the ABI
-//! [`guard`], which catches panics, and every pointer cast of the ABI happens here.
+//! The C ABI. This module only converts and guards (docs/STYLE.md §11): every export runs inside
+//! [`guard`], which catches panics (§3), and every pointer cast of the ABI happens here.
 //!
 //! Ownership, in the words the header repeats: every returned `char *` is owned by the caller
-//! and released with `llb_string_free` exactly once; it is never NULL.
+//! and released with `llb_string_free` exactly once; it is never NULL (§2).
+#![allow(non_camel_case_types)] // the C names are the ABI
 
 use crate::error::{Error, ErrorCode};
 use serde_json::Value;
@@ -153,7 +153,10 @@ pub unsafe extern "C" fn llb_string_free(s: *mut c_char) {
     )
 }
 
-/// An engine: one conversation's context (KV cache) over a shared model. Opaque to hosts.
+/// An engine: one request at a time over its own context (KV cache), on weights shared with the
+/// other handles on the same file. Opaque to hosts. (`llb_pool` serves many requests at once.)
+// The C name is the ABI's and stays. In the crate it holds an `engine::Engine`; the Rust type
+// `engine::Chat` is something else: the core that both an engine and a pool are built on.
 pub struct llb_chat {
     engine: crate::engine::Engine,
 }
@@ -446,7 +449,11 @@ pub unsafe extern "C" fn llb_pool_infer(
 /// "tokens_held":[per sequence],"lost":null}`; `lost` is the message of the error that made the
 /// pool unusable (an RPC server lost mid-request), null while it works.
 ///
-/// Ownership: the caller owns the returned string; release it with `llb_string_free`.
+/// Ownership: the caller owns the returned string; release it with `llb_string_free` exactly
+/// once. Never returns NULL.
+///
+/// Threads: any number of threads may call this at once, concurrently with `llb_pool_infer`
+/// on the same pool (a snapshot taken under the pool's lock).
 ///
 /// # Safety
 /// `pool` is NULL or a live handle from `llb_pool_create`.
@@ -464,7 +471,10 @@ pub unsafe extern "C" fn llb_pool_stats(pool: *mut llb_pool) -> *mut c_char {
 }
 
 /// Destroys a pool: frees its context, and the model's weights when nothing else uses them.
-/// NULL is accepted and ignored. Destroying a pool while a call on it runs is a host error.
+/// NULL is accepted and ignored. Destroying a pool while a call on it runs, or twice, is a host
+/// error (undefined behaviour), as with any freed handle.
+///
+/// Threads: may be called from any thread once no call on this pool is running.
 ///
 /// # Safety
 /// `pool` is NULL or a live handle from `llb_pool_create`, not used again afterwards.

@@ -2,9 +2,9 @@
 //!
 //! The C ABI lives in [`ffi`] (header: include/llb.h); it is the library's interface. Everything
 //! else is plain Rust that the ABI, the `llb` CLI and the tests share: JSON in → typed request →
-//! engine → shim → llama.cpp. docs/STYLE.md §12 says which module may call which.
+//! engine → shim → llama.cpp. docs/STYLE.md §13 says which module may call which.
 //!
-//! Modules are private to the crate (docs/STYLE.md §13). The ones the integration tests,
+//! Modules are private to the crate (docs/STYLE.md §14). The ones the integration tests,
 //! examples, fuzz targets and the `llb` binary reach into are `#[doc(hidden)] pub`: visible to
 //! them, not an API. This file declares modules and re-exports and holds no code, so the crate
 //! root calls into no module that could call back into it.

@@ -1,4 +1,4 @@
-//! The crate's module structure (docs/STYLE.md §14): no module imports one that imports it back.
+//! The crate's module structure (docs/STYLE.md §15): no module imports one that imports it back.
 //!
 //! Reads every module of the library (found from src/lib.rs by its `mod` declarations, so a new
 //! module is seen without listing it here), collects the paths each one names (`crate::x::..`,
@@ -440,10 +440,26 @@ fn no_module_imports_one_that_imports_it_back() {
     let report = cycle_report(&krate);
     assert!(
         report.is_empty(),
-        "modules that import each other (docs/STYLE.md §14; move what both need into one of them or a \
+        "modules that import each other (docs/STYLE.md §15; move what both need into one of them or a \
          module below both):\n{}",
         report.join("\n")
     );
+}
+
+/// Prints which module uses which (`cargo test --release --test structure -- --ignored
+/// --nocapture`), for docs/STYLE.md §13's map.
+#[test]
+#[ignore]
+fn print_module_graph() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let krate = load(Path::new("src/lib.rs"), &|p| std::fs::read_to_string(manifest.join(p)).ok());
+    let mut uses: BTreeMap<ModPath, Vec<String>> = BTreeMap::new();
+    for (a, b) in krate.edges().into_keys() {
+        uses.entry(a).or_default().push(name(&b));
+    }
+    for (m, to) in uses {
+        println!("{}: {}", name(&m), to.join(", "));
+    }
 }
 
 /// A crate made of `files` (path → text) for the self-tests.
