@@ -165,6 +165,8 @@ fn llama_source(manifest: &Path, out: &Path, pin: &BTreeMap<String, String>) -> 
 }
 
 /// Fetch the pinned sdist with pip, refuse it unless its sha256 matches, unpack the llama.cpp tree.
+// Over 60 lines: one linear script (download, verify, unpack, move into place), each step with its
+// own `fail` message; nothing in it is reused elsewhere.
 fn fetch_pinned(dest: &Path, out: &Path, pin: &BTreeMap<String, String>) {
     use sha2::{Digest, Sha256};
     let dl = out.join("sdist");
@@ -338,6 +340,9 @@ fn cuda_root() -> String {
     env::var("CUDA_PATH").unwrap_or_else(|_| "/usr/local/cuda".into())
 }
 
+/// Configures and builds llama.cpp's static libraries with CMake into a directory keyed by the pin
+/// and the options; returns it.
+// Over 60 lines: most of it is the list of CMake defines, one per line, in one place on purpose.
 fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>, backends: &Backends) -> PathBuf {
     let native = env::var("LLB_PORTABLE").map(|v| v.is_empty() || v == "0").unwrap_or(true);
     let mut defines: Vec<(&str, &str)> = vec![

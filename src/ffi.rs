@@ -175,6 +175,8 @@ struct HostCallback {
 // SAFETY: llb calls the callback only on the thread running the operation the host started;
 // what user_data points to is the host's to make safe for that use (documented in the header).
 unsafe impl Send for HostCallback {}
+// SAFETY: as for Send: the pointers are only passed back to the host's function, on the thread
+// of the host's own call; llb reads nothing through them.
 unsafe impl Sync for HostCallback {}
 
 impl HostCallback {

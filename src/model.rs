@@ -18,8 +18,9 @@ pub struct Model {
 }
 
 // SAFETY: a llama_model is immutable after loading and llama.cpp allows contexts on several
-// threads to share it.
+// threads to share it; it is freed once, by Drop.
 unsafe impl Send for Model {}
+// SAFETY: as for Send: every use of `raw` through `&Model` is a read of the immutable model.
 unsafe impl Sync for Model {}
 
 impl Model {

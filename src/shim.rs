@@ -218,6 +218,7 @@ pub struct Templates {
 // SAFETY: the templates are immutable after construction and the shim's functions on them take
 // `const` pointers; llama.cpp's Jinja runtime keeps no global mutable state.
 unsafe impl Send for Templates {}
+// SAFETY: as for Send: every method takes `&self` and only reads the templates.
 unsafe impl Sync for Templates {}
 
 impl Templates {

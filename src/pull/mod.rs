@@ -347,13 +347,16 @@ fn check_listing(listing: &hub::Listing, repo: &str, what: &str) -> Result<Strin
     Ok(commit)
 }
 
+/// One file of a plan: its name, size and expected checksum.
+type PlannedFile = (String, u64, Expect);
+
 /// The file plan: the chosen model's files with the size and checksum the listing gives each.
 fn plan_files(
     listing: &hub::Listing,
     quant: Option<&str>,
     filename: Option<&str>,
     what: &str,
-) -> Result<(select::Choice, Vec<(String, u64, Expect)>)> {
+) -> Result<(select::Choice, Vec<PlannedFile>)> {
     let names: Vec<String> = listing.siblings.iter().map(|x| x.rfilename.clone()).collect();
     let choice = select::choose(&names, quant, filename, what)?;
     let mut files = Vec::new();
