@@ -431,3 +431,27 @@ pub(crate) fn testing_clear() {
     // SAFETY: clears a thread-local flag in the shim; no pointers.
     unsafe { sys::llb_shim_testing_clear() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_maps_to_its_code_for_host_inputs_and_to_internal_for_llbs_own() {
+        let host = [
+            (sys::LLB_SHIM_IO, ErrorCode::IoError),
+            (sys::LLB_SHIM_NOT_GGUF, ErrorCode::NotAGguf),
+            (sys::LLB_SHIM_TEMPLATE, ErrorCode::TemplateError),
+            (sys::LLB_SHIM_PARSE, ErrorCode::TemplateError),
+            (sys::LLB_SHIM_INVALID, ErrorCode::InvalidArgument),
+            (sys::LLB_SHIM_INTERNAL, ErrorCode::Internal),
+        ];
+        for (status, code) in host {
+            assert_eq!(error_code(status, Inputs::Host), code, "status {status}");
+            assert_eq!(error_code(status, Inputs::Llb), ErrorCode::Internal, "status {status}");
+        }
+        assert!(check(sys::LLB_SHIM_OK, ptr::null_mut(), "x").is_ok());
+        let e = check_llb(sys::LLB_SHIM_INVALID, ptr::null_mut(), "sampling").unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (ErrorCode::Internal, "sampling failed"));
+    }
+}
