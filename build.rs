@@ -1,4 +1,4 @@
-//! Build script: owns every native step (see STYLE §12).
+//! Build script: owns every native step (docs/STYLE.md §12).
 //!
 //! 1. Locate the pinned llama.cpp tree (`LLB_LLAMA_CPP_DIR`, else `native/llama.cpp/`, else fetch
 //!    the pinned sdist with pip, verify its sha256 and unpack it).
@@ -8,8 +8,9 @@
 //! 4. cbindgen: the public C header, written to `OUT_DIR/llb.h`; `include/llb.h` is the committed
 //!    copy, refreshed when `LLB_BLESS_HEADER=1` and checked by a test.
 //!
-//! The Rust FFI for `llama.h`, `gguf.h` and `native/shim.h` is not generated here: bindgen's output
-//! for the pinned tree is committed (`src/sys/bindings.rs`), so a build needs no libclang;
+//! The Rust FFI (llama.h, gguf.h, ggml-backend.h, ggml-rpc.h, native/shim.h, native/rpc_guard.h)
+//! is not generated here: bindgen's output for the pinned tree is committed
+//! (`src/sys/bindings.rs`), so a build needs no libclang;
 //! `tests/bindings.rs` regenerates it and compares where libclang is installed.
 //!
 //! A missing tool (cmake, a C/C++ compiler, pip) stops the build with one `error:` line saying
@@ -164,6 +165,8 @@ fn llama_source(manifest: &Path, out: &Path, pin: &BTreeMap<String, String>) -> 
 }
 
 /// Fetch the pinned sdist with pip, refuse it unless its sha256 matches, unpack the llama.cpp tree.
+// Over 60 lines: one linear script (download, verify, unpack, move into place), each step with its
+// own `fail` message; nothing in it is reused elsewhere.
 fn fetch_pinned(dest: &Path, out: &Path, pin: &BTreeMap<String, String>) {
     use sha2::{Digest, Sha256};
     let dl = out.join("sdist");
@@ -337,6 +340,9 @@ fn cuda_root() -> String {
     env::var("CUDA_PATH").unwrap_or_else(|_| "/usr/local/cuda".into())
 }
 
+/// Configures and builds llama.cpp's static libraries with CMake into a directory keyed by the pin
+/// and the options; returns it.
+// Over 60 lines: most of it is the list of CMake defines, one per line, in one place on purpose.
 fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>, backends: &Backends) -> PathBuf {
     let native = env::var("LLB_PORTABLE").map(|v| v.is_empty() || v == "0").unwrap_or(true);
     let mut defines: Vec<(&str, &str)> = vec![
@@ -500,6 +506,7 @@ fn build_shim(manifest: &Path, src: &Path) {
         "native/shim.cpp",
         "native/isolate.cpp",
         "native/rpc_guard.cpp",
+        "native/rpc_guard.h",
         "native/guard.h",
         "native/shim.h",
         "native/chat_templates_layout.h",

@@ -14,9 +14,20 @@
  *   - `const char *` arguments are borrowed: llb does not retain them after the call returns.
  *     NULL or non-UTF-8 arguments get an `invalid_argument` error.
  *
+ * Handles
+ *   - llb_chat is an engine: one request at a time over its own context (KV cache), for a host
+ *     serving one conversation. llb_pool is a pool: many requests at once, batched in one
+ *     context. Both share loaded weights with every other handle on the same file. (Inside the
+ *     library both are built on one core; `llb_chat` names the engine, not that core.)
+ *
  * Thread safety
- *   - llb_version, llb_model_info and llb_string_free may run on any thread, concurrently.
- *   - Each function's comment states what may run concurrently with it.
+ *   - Any thread, concurrently with anything: llb_version, llb_devices, llb_model_info,
+ *     llb_model_pull, llb_chat_create and llb_pool_create; llb_string_free too, on a string no
+ *     other thread still reads.
+ *   - On a handle: llb_chat_infer runs one request at a time per engine (a concurrent call gets a
+ *     `busy` error); llb_pool_infer and llb_pool_stats run on any number of threads at once per
+ *     pool; llb_chat_destroy and llb_pool_destroy run once no call on that handle is running.
+ *   - Each function's "Threads:" line says the same for it.
  *
  * Failure containment
  *   - No Rust panic and no C++ exception crosses this boundary: they come back as `internal`
@@ -29,12 +40,8 @@
 #include <stdint.h>
 
 /**
- * Bounds of the isolated caps probe. Real templates probe in 2-10 ms and a few MB.
- */
-typedef struct ProbeLimits ProbeLimits;
-
-/**
- * An engine: one conversation's context (KV cache) over a shared model. Opaque to hosts.
+ * An engine: one request at a time over its own context (KV cache), on weights shared with the
+ * other handles on the same file. Opaque to hosts. (`llb_pool` serves many requests at once.)
  */
 typedef struct llb_chat llb_chat;
 
@@ -281,7 +288,11 @@ char *llb_pool_infer(llb_pool *pool, const char *request_json, llb_event_fn on_e
  * "tokens_held":[per sequence],"lost":null}`; `lost` is the message of the error that made the
  * pool unusable (an RPC server lost mid-request), null while it works.
  *
- * Ownership: the caller owns the returned string; release it with `llb_string_free`.
+ * Ownership: the caller owns the returned string; release it with `llb_string_free` exactly
+ * once. Never returns NULL.
+ *
+ * Threads: any number of threads may call this at once, concurrently with `llb_pool_infer`
+ * on the same pool (a snapshot taken under the pool's lock).
  *
  * # Safety
  * `pool` is NULL or a live handle from `llb_pool_create`.
@@ -290,7 +301,10 @@ char *llb_pool_stats(llb_pool *pool);
 
 /**
  * Destroys a pool: frees its context, and the model's weights when nothing else uses them.
- * NULL is accepted and ignored. Destroying a pool while a call on it runs is a host error.
+ * NULL is accepted and ignored. Destroying a pool while a call on it runs, or twice, is a host
+ * error (undefined behaviour), as with any freed handle.
+ *
+ * Threads: may be called from any thread once no call on this pool is running.
  *
  * # Safety
  * `pool` is NULL or a live handle from `llb_pool_create`, not used again afterwards.

@@ -26,6 +26,8 @@
 // the pinned ggml-rpc caches sockets by weak reference only, so the handshake's socket closes when
 // ggml_backend_rpc_add_server returns, and later exchanges connect anew.
 
+#include "rpc_guard.h"
+
 #include "llama.h"
 #include "ggml.h"
 #include "ggml-backend.h"

@@ -1,30 +1,46 @@
 //! ggml's backends and devices (CPU, CUDA, Vulkan, Metal, RPC: whatever this build compiled in),
 //! and the device/memory fields of the engine config turned into llama.cpp's model and context
 //! params. llb writes no backend of its own: it selects and configures llama.cpp's.
+//!
+//! Also the process-wide setup of llama.cpp ([`init_backend`]) and its calls that a lost RPC
+//! server could abort, guarded (native/rpc_guard.h). The engine and the model registry build on
+//! this module; it calls neither.
 
 use crate::error::{bail, Error, ErrorCode, Result};
 use crate::request::{EngineConfig, FlashAttn, KvType, SplitMode};
+use crate::shim;
 use crate::sys;
 use serde_json::{json, Value};
 use std::ffi::{c_char, CStr};
+use std::sync::Once;
 
-// ggml-backend.h (ggml-base/ggml): not in the committed bindgen output, which covers llama.h,
-// gguf.h and the shim. include!, not inline: cbindgen (the public header) does not expand it.
-include!("ggml_backend_ffi.rs");
+/// One-time process setup: llama.cpp's backend and logging (silent unless `LLB_LOG=1`), and the
+/// backends llb adds to ggml's registry. Every entry point that reaches llama.cpp calls it first;
+/// later calls return at once.
+///
+/// Threads: any thread; concurrent first calls wait for the one that runs the setup.
+pub fn init_backend() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let verbose = std::env::var("LLB_LOG").map(|v| !v.is_empty() && v != "0").unwrap_or(false);
+        shim::set_logging(verbose);
+        // SAFETY: called once per process, before any other llama.cpp use by llb.
+        unsafe { sys::llama_backend_init() };
+        register_builtin();
+    });
+}
 
 /// Adds the backends llb compiles itself to ggml's registry: the RPC client (build.rs, build_rpc).
-/// Called once, by `crate::init_backend`.
-pub(crate) fn register_builtin() {
+/// Called once, by [`init_backend`].
+fn register_builtin() {
     // SAFETY: no preconditions; installs ggml's abort callback and the RPC peer timeout once,
     // before any RPC socket exists.
-    unsafe { llb_rpc_guard_install(rpc_peer_timeout().unwrap_or(RPC_PEER_TIMEOUT_DEFAULT)) };
+    unsafe { sys::llb_rpc_guard_install(rpc_peer_timeout().unwrap_or(RPC_PEER_TIMEOUT_DEFAULT)) };
     #[cfg(llb_rpc)]
     {
-        extern "C" {
-            fn ggml_backend_rpc_reg() -> ggml_backend_reg_t;
-        }
-        // SAFETY: ggml-rpc.h; the registry it returns is static; called once.
-        unsafe { ggml_backend_register(ggml_backend_rpc_reg()) };
+        // SAFETY: ggml-rpc.h, linked in RPC builds (cfg llb_rpc); the registry it returns is
+        // static; called once.
+        unsafe { sys::ggml_backend_register(sys::ggml_backend_rpc_reg()) };
     }
 }
 
@@ -49,6 +65,9 @@ fn parse_peer_timeout(v: Option<&str>) -> Result<i32> {
     }
 }
 
+/// `ggml_backend_rpc_add_server`'s type, as the RPC registry's proc address gives it.
+type RpcAddServer = unsafe extern "C" fn(*const c_char) -> sys::ggml_backend_reg_t;
+
 /// RPC servers registered in this process (endpoint → its device names). ggml's registry is
 /// process-wide and has no removal, so each endpoint is added once.
 static RPC: std::sync::Mutex<Vec<(String, Vec<String>)>> = std::sync::Mutex::new(Vec::new());
@@ -72,9 +91,9 @@ fn rpc_add(endpoint: &str) -> Result<Vec<String>> {
     if let Some((_, d)) = RPC.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(e, _)| e == endpoint) {
         return Ok(d.clone());
     }
-    crate::init_backend();
+    init_backend();
     // SAFETY: a NUL-terminated literal.
-    let reg = unsafe { ggml_backend_reg_by_name(c"RPC".as_ptr()) };
+    let reg = unsafe { sys::ggml_backend_reg_by_name(c"RPC".as_ptr()) };
     if reg.is_null() {
         return Err(Error::new(
             ErrorCode::DeviceUnavailable,
@@ -90,24 +109,30 @@ fn rpc_add(endpoint: &str) -> Result<Vec<String>> {
         .next()
         .ok_or_else(|| unreachable("no address".into()))?;
     TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(3)).map_err(|e| unreachable(e.to_string()))?;
-    // SAFETY: the proc address is ggml_backend_rpc_add_server's (ggml-rpc.h); the endpoint is a
-    // NUL-terminated string for the call; the returned registry lives for the process.
+    // SAFETY: reg is the RPC registry, alive for the process; the name is a NUL-terminated literal.
+    let f = unsafe { sys::ggml_backend_reg_get_proc_address(reg, c"ggml_backend_rpc_add_server".as_ptr()) };
+    if f.is_null() {
+        return Err(Error::new(ErrorCode::Internal, "the RPC backend has no ggml_backend_rpc_add_server"));
+    }
+    // SAFETY: f is ggml_backend_rpc_add_server's address (ggml-rpc.h:
+    // `ggml_backend_reg_t ggml_backend_rpc_add_server(const char * endpoint)`), non-NULL.
+    let add: RpcAddServer = unsafe { std::mem::transmute::<*mut std::ffi::c_void, RpcAddServer>(f) };
+    let c = std::ffi::CString::new(endpoint).map_err(|_| bad())?;
+    let mut err = [0 as c_char; 512];
+    // SAFETY: add is the function above; c is NUL-terminated and err writable for its length,
+    // both alive for the call.
+    let server = unsafe { sys::llb_guarded_rpc_add(Some(add), c.as_ptr(), err.as_mut_ptr(), err.len()) };
+    if server.is_null() {
+        // SAFETY: err is NUL-terminated (zeroed, and the guard writes at most len - 1 bytes).
+        let why = unsafe { text(err.as_ptr()) };
+        return Err(unreachable(if why.is_empty() { "the RPC backend refused it".into() } else { why }));
+    }
+    // SAFETY: server is a registry the RPC backend made, alive for the process; ggml_backend_register
+    // takes it once (the endpoint is added once, above); indices are in range.
     let names = unsafe {
-        let f = ggml_backend_reg_get_proc_address(reg, c"ggml_backend_rpc_add_server".as_ptr());
-        if f.is_null() {
-            return Err(Error::new(ErrorCode::Internal, "the RPC backend has no ggml_backend_rpc_add_server"));
-        }
-        let add: unsafe extern "C" fn(*const c_char) -> ggml_backend_reg_t = std::mem::transmute(f);
-        let c = std::ffi::CString::new(endpoint).map_err(|_| bad())?;
-        let mut err = [0 as c_char; 512];
-        let server = llb_guarded_rpc_add(add, c.as_ptr(), err.as_mut_ptr(), err.len());
-        if server.is_null() {
-            let why = text(err.as_ptr());
-            return Err(unreachable(if why.is_empty() { "the RPC backend refused it".into() } else { why }));
-        }
-        ggml_backend_register(server);
-        (0..ggml_backend_reg_dev_count(server))
-            .map(|i| text(ggml_backend_dev_name(ggml_backend_reg_dev_get(server, i))))
+        sys::ggml_backend_register(server);
+        (0..sys::ggml_backend_reg_dev_count(server))
+            .map(|i| text(sys::ggml_backend_dev_name(sys::ggml_backend_reg_dev_get(server, i))))
             .collect::<Vec<_>>()
     };
     RPC.lock().unwrap_or_else(|e| e.into_inner()).push((endpoint.to_string(), names.clone()));
@@ -142,9 +167,10 @@ fn rpc_lost(why: String) -> Error {
 pub unsafe fn decode(ctx: *mut sys::llama_context, batch: sys::llama_batch) -> Result<i32> {
     let mut err = [0 as c_char; 512];
     // SAFETY: the caller's context and batch (see above); err is writable for its length.
-    let rc = unsafe { llb_guarded_decode(ctx, batch, err.as_mut_ptr(), err.len()) };
+    let rc = unsafe { sys::llb_guarded_decode(ctx, batch, err.as_mut_ptr(), err.len()) };
     if rc == i32::MIN {
-        return Err(rpc_lost(text(err.as_ptr())));
+        // SAFETY: the guard wrote a NUL-terminated message into err.
+        return Err(rpc_lost(unsafe { text(err.as_ptr()) }));
     }
     Ok(rc)
 }
@@ -154,7 +180,8 @@ pub unsafe fn decode(ctx: *mut sys::llama_context, batch: sys::llama_batch) -> R
 /// # Safety
 /// `path` is a NUL-terminated string and `params`' arrays live through the call.
 pub unsafe fn load_model(path: *const c_char, params: sys::llama_model_params) -> *mut sys::llama_model {
-    llb_guarded_model_load(path, params)
+    // SAFETY: the caller's path and params (see above).
+    unsafe { sys::llb_guarded_model_load(path, params) }
 }
 
 /// `llama_init_from_model`, guarded: Err(device_unavailable) when an RPC server is lost, Ok(NULL)
@@ -167,24 +194,24 @@ pub unsafe fn init_context(
     params: sys::llama_context_params,
 ) -> Result<*mut sys::llama_context> {
     let mut err = [0 as c_char; 512];
-    let ctx = llb_guarded_init_context(model, params, err.as_mut_ptr(), err.len());
+    // SAFETY: the caller's live model; err is writable for its length.
+    let ctx = unsafe { sys::llb_guarded_init_context(model, params, err.as_mut_ptr(), err.len()) };
     if ctx.is_null() && err[0] != 0 {
-        return Err(rpc_lost(text(err.as_ptr())));
+        // SAFETY: the guard wrote a NUL-terminated message into err.
+        return Err(rpc_lost(unsafe { text(err.as_ptr()) }));
     }
     Ok(ctx)
 }
 
-/// `enum ggml_backend_dev_type`.
-const DEV_CPU: u32 = 0;
-const DEV_GPU: u32 = 1;
-const DEV_IGPU: u32 = 2;
-const DEV_ACCEL: u32 = 3;
-
-fn text(p: *const c_char) -> String {
+/// A C string from ggml or the guard, copied ("" for NULL).
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string alive for the call.
+unsafe fn text(p: *const c_char) -> String {
     if p.is_null() {
         return String::new();
     }
-    // SAFETY: ggml returns NUL-terminated strings owned by the backend, alive for the process.
+    // SAFETY: non-NULL and NUL-terminated (the caller's contract).
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
@@ -218,26 +245,27 @@ impl Device {
 
 /// Every device of every registered backend, in ggml's order.
 pub fn devices() -> Vec<Device> {
-    crate::init_backend();
-    // SAFETY: the registry is initialised (init_backend); indices are in range.
+    init_backend();
+    // SAFETY: the registry is initialised (init_backend); indices are in range; ggml's device
+    // names and descriptions are NUL-terminated and live for the process.
     unsafe {
-        (0..ggml_backend_dev_count())
+        (0..sys::ggml_backend_dev_count())
             .map(|i| {
-                let raw = ggml_backend_dev_get(i);
+                let raw = sys::ggml_backend_dev_get(i);
                 let (mut free, mut total) = (0usize, 0usize);
                 // An RPC device asks its server, which may be gone: then 0 and 0.
-                if !llb_guarded_dev_memory(raw, &mut free, &mut total) {
+                if !sys::llb_guarded_dev_memory(raw, &mut free, &mut total) {
                     RPC_LOST.store(true, std::sync::atomic::Ordering::SeqCst);
                 }
                 Device {
                     raw,
-                    name: text(ggml_backend_dev_name(raw)),
-                    description: text(ggml_backend_dev_description(raw)),
-                    kind: match ggml_backend_dev_type(raw) {
-                        DEV_CPU => "cpu",
-                        DEV_GPU => "gpu",
-                        DEV_IGPU => "igpu",
-                        DEV_ACCEL => "accel",
+                    name: text(sys::ggml_backend_dev_name(raw)),
+                    description: text(sys::ggml_backend_dev_description(raw)),
+                    kind: match sys::ggml_backend_dev_type(raw) {
+                        sys::GGML_BACKEND_DEVICE_TYPE_CPU => "cpu",
+                        sys::GGML_BACKEND_DEVICE_TYPE_GPU => "gpu",
+                        sys::GGML_BACKEND_DEVICE_TYPE_IGPU => "igpu",
+                        sys::GGML_BACKEND_DEVICE_TYPE_ACCEL => "accel",
                         _ => "other",
                     },
                     memory_free: free as u64,
@@ -250,9 +278,11 @@ pub fn devices() -> Vec<Device> {
 
 /// The names of the compiled-in backends (`CPU`, `CUDA`, `Vulkan`, `Metal`, `RPC`, ...).
 pub fn backends() -> Vec<String> {
-    crate::init_backend();
-    // SAFETY: as in devices().
-    unsafe { (0..ggml_backend_reg_count()).map(|i| text(ggml_backend_reg_name(ggml_backend_reg_get(i)))).collect() }
+    init_backend();
+    // SAFETY: as in devices(): registry names live for the process.
+    unsafe {
+        (0..sys::ggml_backend_reg_count()).map(|i| text(sys::ggml_backend_reg_name(sys::ggml_backend_reg_get(i)))).collect()
+    }
 }
 
 /// The model-load side of the config: part of the key under which loaded models are shared
@@ -553,25 +583,6 @@ fn context_params(config: &EngineConfig) -> Result<ContextParams> {
         None | Some(FlashAttn::Auto) => sys::LLAMA_FLASH_ATTN_TYPE_AUTO,
     };
     Ok(cp)
-}
-
-/// Checks, once the model is known, that a quantized KV type's blocks divide its attention
-/// heads (ggml stores the cache per head); llama.cpp would refuse or assert otherwise.
-pub fn check_kv_types(model: &crate::model::Model, cp: &ContextParams) -> Result<()> {
-    // SAFETY: the model is alive for the calls.
-    let head = unsafe { sys::llama_model_n_embd(model.raw()) / sys::llama_model_n_head(model.raw()).max(1) };
-    for (field, t) in [("type_k", cp.type_k), ("type_v", cp.type_v)] {
-        // SAFETY: valid ggml type.
-        let blck = unsafe { sys::ggml_blck_size(t) } as i32;
-        if blck > 1 && head % blck != 0 {
-            bail!(
-                InvalidArgument,
-                "field `{field}`: this model's attention heads have {head} dimensions, not a multiple of the \
-                 {blck}-element blocks of that cache type; use f16"
-            );
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -86,7 +86,7 @@ impl Chat {
         let n_ctx_train = ins.header.n_ctx_train.filter(|n| *n > 0).map(|n| n.min(u32::MAX as i64) as u32);
         let settings = EngineSettings::resolve(config, kind, n_ctx_train)?;
         let model = model::acquire_with(&path, &load)?;
-        crate::backend::check_kv_types(&model, &ctx_params)?;
+        model.check_kv_types(&ctx_params)?;
         check_context_memory(&model, settings.n_ctx, &ctx_params)?;
         // SAFETY: the model is alive for the call.
         let templates = unsafe { Templates::from_model(model.raw()) }?;

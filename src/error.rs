@@ -1,4 +1,4 @@
-//! The one error vocabulary of llb (STYLE §5). Codes are part of the ABI: never rename or reuse
+//! The one error vocabulary of llb (docs/STYLE.md §5). Codes are part of the ABI: never rename or reuse
 //! one once released; add new ones at the end. docs/errors.md lists them with their meaning.
 
 use serde_json::{json, Value};

@@ -24,16 +24,14 @@ pub fn arm_panic(site: &'static str) {
 /// shim's exception guard, as a failure deep in llama.cpp's chat stack would.
 #[doc(hidden)]
 pub fn arm_shim_throw() {
-    // SAFETY: sets a thread-local flag in the shim; no pointers.
-    unsafe { crate::sys::llb_shim_testing_throw_next() }
+    crate::shim::testing_throw_next();
 }
 
 /// Disarms both switches on this thread.
 #[doc(hidden)]
 pub fn disarm() {
     PANIC_AT.with(|p| p.set(None));
-    // SAFETY: as above.
-    unsafe { crate::sys::llb_shim_testing_clear() }
+    crate::shim::testing_clear();
 }
 
 /// A fault site: panics when armed for `site` on this thread (and disarms).

@@ -1,9 +1,9 @@
-//! The C ABI. This module only converts and guards (STYLE §11): every export runs inside
-#![allow(non_camel_case_types)] // the C names are the ABI
-//! [`guard`], which catches panics, and every pointer cast of the ABI happens here.
+//! The C ABI. This module only converts and guards (docs/STYLE.md §11): every export runs inside
+//! [`guard`], which catches panics (§3), and every pointer cast of the ABI happens here.
 //!
 //! Ownership, in the words the header repeats: every returned `char *` is owned by the caller
-//! and released with `llb_string_free` exactly once; it is never NULL.
+//! and released with `llb_string_free` exactly once; it is never NULL (§2).
+#![allow(non_camel_case_types)] // the C names are the ABI
 
 use crate::error::{Error, ErrorCode};
 use serde_json::Value;
@@ -73,7 +73,7 @@ unsafe fn arg_str<'a>(p: *const c_char, name: &str) -> crate::error::Result<&'a 
 /// Threads: may be called from any thread, concurrently with anything.
 #[no_mangle]
 pub extern "C" fn llb_version() -> *mut c_char {
-    guard(internal_c, || into_c(&crate::version()))
+    guard(internal_c, || into_c(&crate::version::version()))
 }
 
 /// Lists the devices of the compiled-in ggml backends (the CPU; GPUs with `LLB_CUDA=1`,
@@ -88,7 +88,7 @@ pub extern "C" fn llb_version() -> *mut c_char {
 /// Threads: may be called from any thread, concurrently with anything.
 #[no_mangle]
 pub extern "C" fn llb_devices() -> *mut c_char {
-    guard(internal_c, || into_c(&crate::devices()))
+    guard(internal_c, || into_c(&crate::version::devices()))
 }
 
 /// Reports what the chat template of the GGUF at `gguf_path` can do, reading the file's header
@@ -153,7 +153,10 @@ pub unsafe extern "C" fn llb_string_free(s: *mut c_char) {
     )
 }
 
-/// An engine: one conversation's context (KV cache) over a shared model. Opaque to hosts.
+/// An engine: one request at a time over its own context (KV cache), on weights shared with the
+/// other handles on the same file. Opaque to hosts. (`llb_pool` serves many requests at once.)
+// The C name is the ABI's and stays. In the crate it holds an `engine::Engine`; the Rust type
+// `engine::Chat` is something else: the core that both an engine and a pool are built on.
 pub struct llb_chat {
     engine: crate::engine::Engine,
 }
@@ -172,6 +175,8 @@ struct HostCallback {
 // SAFETY: llb calls the callback only on the thread running the operation the host started;
 // what user_data points to is the host's to make safe for that use (documented in the header).
 unsafe impl Send for HostCallback {}
+// SAFETY: as for Send: the pointers are only passed back to the host's function, on the thread
+// of the host's own call; llb reads nothing through them.
 unsafe impl Sync for HostCallback {}
 
 impl HostCallback {
@@ -446,7 +451,11 @@ pub unsafe extern "C" fn llb_pool_infer(
 /// "tokens_held":[per sequence],"lost":null}`; `lost` is the message of the error that made the
 /// pool unusable (an RPC server lost mid-request), null while it works.
 ///
-/// Ownership: the caller owns the returned string; release it with `llb_string_free`.
+/// Ownership: the caller owns the returned string; release it with `llb_string_free` exactly
+/// once. Never returns NULL.
+///
+/// Threads: any number of threads may call this at once, concurrently with `llb_pool_infer`
+/// on the same pool (a snapshot taken under the pool's lock).
 ///
 /// # Safety
 /// `pool` is NULL or a live handle from `llb_pool_create`.
@@ -464,7 +473,10 @@ pub unsafe extern "C" fn llb_pool_stats(pool: *mut llb_pool) -> *mut c_char {
 }
 
 /// Destroys a pool: frees its context, and the model's weights when nothing else uses them.
-/// NULL is accepted and ignored. Destroying a pool while a call on it runs is a host error.
+/// NULL is accepted and ignored. Destroying a pool while a call on it runs, or twice, is a host
+/// error (undefined behaviour), as with any freed handle.
+///
+/// Threads: may be called from any thread once no call on this pool is running.
 ///
 /// # Safety
 /// `pool` is NULL or a live handle from `llb_pool_create`, not used again afterwards.
@@ -525,6 +537,6 @@ pub unsafe extern "C" fn llb_model_pull(
             Ok(t) => t,
             Err(e) => return error_c(&e),
         };
-        into_c(&crate::pull::pull_json(text, &|ev: &Value| cb.as_ref().is_none_or(|cb| cb.call(ev))))
+        json_result(crate::pull::pull_json(text, &|ev: &Value| cb.as_ref().is_none_or(|cb| cb.call(ev))))
     })
 }

@@ -459,6 +459,10 @@ fn ggml_type_layout(t: u32) -> Option<(u64, u64)> {
     }
 }
 
+/// The header, read in the file's own order (magic, counts, keys, tensor infos) and checked as it
+/// goes.
+// Over 60 lines: half is the GgufHeader literal, one field per line; the checks above it run in
+// the file's order and share one cursor.
 fn parse_header(f: &mut File, file_size: u64) -> Result<GgufHeader, Need> {
     let mut c = Cursor { f: Some(f), buf: Vec::new(), pos: 0, file_size };
     if c.bytes(4)? != b"GGUF" {

@@ -1,8 +1,8 @@
 //! Loaded models, shared: engines opened on the same file share one `llama_model`
 //! (reference-counted); the weights are freed when the last engine goes.
 
-use crate::backend::LoadParams;
-use crate::error::{Error, ErrorCode, Result};
+use crate::backend::{self, ContextParams, LoadParams};
+use crate::error::{bail, Error, ErrorCode, Result};
 use crate::sys;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
@@ -18,8 +18,9 @@ pub struct Model {
 }
 
 // SAFETY: a llama_model is immutable after loading and llama.cpp allows contexts on several
-// threads to share it.
+// threads to share it; it is freed once, by Drop.
 unsafe impl Send for Model {}
+// SAFETY: as for Send: every use of `raw` through `&Model` is a read of the immutable model.
 unsafe impl Sync for Model {}
 
 impl Model {
@@ -31,11 +32,30 @@ impl Model {
         // SAFETY: raw is a live model.
         unsafe { sys::llama_model_get_vocab(self.raw) }
     }
+
+    /// Checks that a quantized KV type's blocks divide this model's attention heads (ggml stores
+    /// the cache per head); llama.cpp would refuse or assert otherwise.
+    pub fn check_kv_types(&self, cp: &ContextParams) -> Result<()> {
+        // SAFETY: raw is a live model.
+        let head = unsafe { sys::llama_model_n_embd(self.raw) / sys::llama_model_n_head(self.raw).max(1) };
+        for (field, t) in [("type_k", cp.type_k), ("type_v", cp.type_v)] {
+            // SAFETY: a valid ggml type.
+            let blck = unsafe { sys::ggml_blck_size(t) } as i32;
+            if blck > 1 && head % blck != 0 {
+                bail!(
+                    InvalidArgument,
+                    "field `{field}`: this model's attention heads have {head} dimensions, not a multiple of the \
+                     {blck}-element blocks of that cache type; use f16"
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Model {
     fn drop(&mut self) {
-        if crate::backend::must_leak(self.uses_rpc) {
+        if backend::must_leak(self.uses_rpc) {
             return;
         }
         // SAFETY: raw was loaded here and is freed once, after every context using it is gone
@@ -103,7 +123,7 @@ pub fn acquire_with(path: &Path, params: &LoadParams) -> Result<Arc<Model>> {
         .map_err(|_| Error::new(ErrorCode::InvalidArgument, "path contains a NUL byte"))?;
     // SAFETY: params built for this call (their arrays live through it) and a valid path; a
     // NULL result is handled.
-    let raw = params.with_raw(|p| unsafe { crate::backend::load_model(c.as_ptr(), p) })?;
+    let raw = params.with_raw(|p| unsafe { backend::load_model(c.as_ptr(), p) })?;
     if raw.is_null() {
         return Err(Error::new(
             ErrorCode::ModelLoadFailed,
@@ -116,7 +136,7 @@ pub fn acquire_with(path: &Path, params: &LoadParams) -> Result<Arc<Model>> {
             ),
         ));
     }
-    let m = Arc::new(Model { raw, path: path_key, uses_rpc: crate::backend::uses_rpc(params.devices.as_deref()) });
+    let m = Arc::new(Model { raw, path: path_key, uses_rpc: backend::uses_rpc(params.devices.as_deref()) });
     models.retain(|_, w| w.strong_count() > 0);
     models.insert(key, Arc::downgrade(&m));
     Ok(m)

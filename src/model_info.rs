@@ -43,7 +43,7 @@ pub struct Inspection {
 }
 
 pub fn inspect(path: &Path) -> Result<Inspection> {
-    crate::init_backend();
+    crate::backend::init_backend();
     let file_size = check_model_path(path)?;
     let header = read_header(path)?;
     // The template is untrusted code: it runs first in a bounded child process (shim.rs).

@@ -1,4 +1,8 @@
-//! Safe wrappers over native/shim.h. Every pointer cast to and from the shim lives here.
+//! Safe wrappers over native/shim.h, and the one place a shim status becomes an llb error
+//! ([`check`] for calls on the host's inputs, [`check_llb`] for calls on what llb built).
+//! Templates, probes, parsers, sampling and the test switches call the shim only through this
+//! module; llama.cpp's grammar (src/grammar/llama.rs, src/grammar/engine.rs) still makes its own
+//! shim calls, mapped by `check`/`check_llb` (docs/STYLE.md §4).
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::gguf::GgufHeader;
@@ -9,21 +13,73 @@ use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::ptr;
 
-/// Converts a shim status + message into an llb error.
-pub(crate) fn check(status: sys::llb_shim_status, err: *mut c_char, what: &str) -> Result<()> {
+/// Whose inputs a failed shim call was given, which decides the error code it becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Inputs {
+    /// The host's: a file, a template, a request's messages or tools. The status names the code
+    /// (`io_error`, `not_a_gguf`, `template_error`, `invalid_argument`; `internal` otherwise).
+    Host,
+    /// llb's own: a sampler chain or grammar it built, a token it sampled. Any failure is llb's
+    /// bug or llama.cpp's, `internal`, whatever the status.
+    Llb,
+}
+
+/// The error code of a failed shim call: the one mapping of shim statuses to llb's codes.
+fn error_code(status: sys::llb_shim_status, inputs: Inputs) -> ErrorCode {
+    match (inputs, status) {
+        (Inputs::Llb, _) => ErrorCode::Internal,
+        (Inputs::Host, sys::LLB_SHIM_IO) => ErrorCode::IoError,
+        (Inputs::Host, sys::LLB_SHIM_NOT_GGUF) => ErrorCode::NotAGguf,
+        (Inputs::Host, sys::LLB_SHIM_TEMPLATE | sys::LLB_SHIM_PARSE) => ErrorCode::TemplateError,
+        (Inputs::Host, sys::LLB_SHIM_INVALID) => ErrorCode::InvalidArgument,
+        (Inputs::Host, _) => ErrorCode::Internal,
+    }
+}
+
+fn status_result(status: sys::llb_shim_status, err: *mut c_char, what: &str, inputs: Inputs) -> Result<()> {
     if status == sys::LLB_SHIM_OK {
         return Ok(());
     }
     let msg = take_string(err).unwrap_or_else(|| format!("{what} failed"));
-    let code = match status {
-        sys::LLB_SHIM_IO => ErrorCode::IoError,
-        sys::LLB_SHIM_NOT_GGUF => ErrorCode::NotAGguf,
-        sys::LLB_SHIM_TEMPLATE => ErrorCode::TemplateError,
-        sys::LLB_SHIM_INVALID => ErrorCode::InvalidArgument,
-        sys::LLB_SHIM_PARSE => ErrorCode::TemplateError,
-        _ => ErrorCode::Internal,
-    };
-    Err(Error::new(code, msg))
+    Err(Error::new(error_code(status, inputs), msg))
+}
+
+/// A shim status and message as an llb error, for a call on the host's inputs (templates,
+/// files, requests): the status names the code. `err` (the shim's message, or NULL) is released.
+pub(crate) fn check(status: sys::llb_shim_status, err: *mut c_char, what: &str) -> Result<()> {
+    status_result(status, err, what, Inputs::Host)
+}
+
+/// As [`check`], for a call on what llb built itself (sampler chains, grammars, sampled tokens):
+/// every failure is `internal`.
+pub(crate) fn check_llb(status: sys::llb_shim_status, err: *mut c_char, what: &str) -> Result<()> {
+    status_result(status, err, what, Inputs::Llb)
+}
+
+/// `llama_sampler_apply` on `cur`, exceptions caught by the shim; a failure is `internal`.
+///
+/// # Safety
+/// `sampler` is a live sampler; `cur.data` points to `cur.size` candidates alive for the call.
+pub(crate) unsafe fn sampler_apply(
+    sampler: *mut sys::llama_sampler,
+    cur: &mut sys::llama_token_data_array,
+    what: &str,
+) -> Result<()> {
+    let mut err: *mut c_char = ptr::null_mut();
+    // SAFETY: the caller's sampler and candidates; err is a valid out-pointer.
+    let st = unsafe { sys::llb_shim_sampler_apply(sampler, cur, &mut err) };
+    check_llb(st, err, what)
+}
+
+/// `llama_sampler_accept` of `token`, exceptions caught by the shim; a failure is `internal`.
+///
+/// # Safety
+/// `sampler` is a live sampler.
+pub(crate) unsafe fn sampler_accept(sampler: *mut sys::llama_sampler, token: sys::llama_token, what: &str) -> Result<()> {
+    let mut err: *mut c_char = ptr::null_mut();
+    // SAFETY: the caller's sampler; err is a valid out-pointer.
+    let st = unsafe { sys::llb_shim_sampler_accept(sampler, token, &mut err) };
+    check_llb(st, err, what)
 }
 
 /// Takes ownership of a shim-allocated string.
@@ -33,6 +89,7 @@ fn take_string(p: *mut c_char) -> Option<String> {
     }
     // SAFETY: the shim returns NUL-terminated malloc'd strings, released exactly once here.
     let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    // SAFETY: p came from the shim and is not used after this.
     unsafe { sys::llb_shim_string_free(p) };
     Some(s)
 }
@@ -79,7 +136,7 @@ impl Probe {
     /// The caps probe of a header's templates, run in a child process bounded by `limits`
     /// (native/isolate.cpp): a template that crashes, hangs or exhausts memory there is a
     /// `template_error`, and the host process is untouched.
-    pub fn isolated(h: &GgufHeader, limits: ProbeLimits) -> Result<Probe> {
+    pub(crate) fn isolated(h: &GgufHeader, limits: ProbeLimits) -> Result<Probe> {
         let s = HeaderStrings::new(h)?;
         let mut out: *mut c_char = ptr::null_mut();
         let mut err: *mut c_char = ptr::null_mut();
@@ -109,20 +166,27 @@ impl Probe {
 
 /// Bounds of the isolated caps probe. Real templates probe in 2-10 ms and a few MB.
 #[derive(Debug, Clone, Copy)]
-pub struct ProbeLimits {
+pub(crate) struct ProbeLimits {
+    /// Wall time of the child process (default 10 s).
     pub timeout_ms: u32,
+    /// Its address space (default 1 GiB).
     pub mem_limit_mb: u32,
 }
 
-impl ProbeLimits {
-    pub const DEFAULT: ProbeLimits = ProbeLimits { timeout_ms: 10_000, mem_limit_mb: 1024 };
+impl Default for ProbeLimits {
+    fn default() -> Self {
+        ProbeLimits { timeout_ms: 10_000, mem_limit_mb: 1024 }
+    }
+}
 
-    /// DEFAULT, with `LLB_PROBE_TIMEOUT_MS` / `LLB_PROBE_MEMORY_MB` when set (tests, slow hosts).
+impl ProbeLimits {
+    /// The defaults, with `LLB_PROBE_TIMEOUT_MS` / `LLB_PROBE_MEMORY_MB` when set (tests, slow hosts).
     pub fn from_env() -> ProbeLimits {
         let var = |k: &str, d: u32| std::env::var(k).ok().and_then(|v| v.parse().ok()).filter(|v| *v > 0).unwrap_or(d);
+        let d = ProbeLimits::default();
         ProbeLimits {
-            timeout_ms: var("LLB_PROBE_TIMEOUT_MS", Self::DEFAULT.timeout_ms),
-            mem_limit_mb: var("LLB_PROBE_MEMORY_MB", Self::DEFAULT.mem_limit_mb),
+            timeout_ms: var("LLB_PROBE_TIMEOUT_MS", d.timeout_ms),
+            mem_limit_mb: var("LLB_PROBE_MEMORY_MB", d.mem_limit_mb),
         }
     }
 }
@@ -154,6 +218,7 @@ pub struct Templates {
 // SAFETY: the templates are immutable after construction and the shim's functions on them take
 // `const` pointers; llama.cpp's Jinja runtime keeps no global mutable state.
 unsafe impl Send for Templates {}
+// SAFETY: as for Send: every method takes `&self` and only reads the templates.
 unsafe impl Sync for Templates {}
 
 impl Templates {
@@ -351,5 +416,42 @@ impl Drop for Templates {
     fn drop(&mut self) {
         // SAFETY: raw came from the shim and is freed once.
         unsafe { sys::llb_shim_templates_free(self.raw) }
+    }
+}
+
+/// Test switch (src/fault.rs): the next shim call on this thread throws a C++ exception inside
+/// the shim's guard.
+pub(crate) fn testing_throw_next() {
+    // SAFETY: sets a thread-local flag in the shim; no pointers.
+    unsafe { sys::llb_shim_testing_throw_next() }
+}
+
+/// Test switch (src/fault.rs): disarms [`testing_throw_next`] on this thread.
+pub(crate) fn testing_clear() {
+    // SAFETY: clears a thread-local flag in the shim; no pointers.
+    unsafe { sys::llb_shim_testing_clear() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_maps_to_its_code_for_host_inputs_and_to_internal_for_llbs_own() {
+        let host = [
+            (sys::LLB_SHIM_IO, ErrorCode::IoError),
+            (sys::LLB_SHIM_NOT_GGUF, ErrorCode::NotAGguf),
+            (sys::LLB_SHIM_TEMPLATE, ErrorCode::TemplateError),
+            (sys::LLB_SHIM_PARSE, ErrorCode::TemplateError),
+            (sys::LLB_SHIM_INVALID, ErrorCode::InvalidArgument),
+            (sys::LLB_SHIM_INTERNAL, ErrorCode::Internal),
+        ];
+        for (status, code) in host {
+            assert_eq!(error_code(status, Inputs::Host), code, "status {status}");
+            assert_eq!(error_code(status, Inputs::Llb), ErrorCode::Internal, "status {status}");
+        }
+        assert!(check(sys::LLB_SHIM_OK, ptr::null_mut(), "x").is_ok());
+        let e = check_llb(sys::LLB_SHIM_INVALID, ptr::null_mut(), "sampling").unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (ErrorCode::Internal, "sampling failed"));
     }
 }

@@ -52,6 +52,36 @@ fn committed_header_is_what_cbindgen_generates() {
     }
 }
 
+/// Only the ABI's own names reach the header (docs/STYLE.md §9): cbindgen also picks up inner
+/// `pub` types (a struct with an associated const once put `ProbeLimits` there).
+#[test]
+fn the_header_declares_only_llb_names() {
+    let header = manifest_file("include/llb.h");
+    let code: Vec<&str> = header
+        .lines()
+        .map(str::trim)
+        .filter(|l| !(l.starts_with('*') || l.starts_with("/*") || l.starts_with('#') || l.is_empty()))
+        .collect();
+    let mut named = 0;
+    for l in code {
+        // `typedef struct NAME NAME;`, `typedef RET (*NAME)(..);`, `RET *NAME(..);`
+        let name = if let Some(rest) = l.strip_prefix("typedef struct ") {
+            rest.split_whitespace().next()
+        } else if l.starts_with("typedef ") {
+            l.split("(*").nth(1).and_then(|r| r.split(')').next())
+        } else if l.contains('(') && !l.starts_with("extern") && !l.starts_with('}') {
+            l.split('(').next().and_then(|r| r.rsplit([' ', '*']).next())
+        } else {
+            None
+        };
+        if let Some(name) = name {
+            named += 1;
+            assert!(name.starts_with("llb_"), "include/llb.h declares `{name}`, not an ABI name: {l}");
+        }
+    }
+    assert!(named > 10, "found {named} declarations in include/llb.h");
+}
+
 #[test]
 fn string_free_accepts_null() {
     // SAFETY: NULL is documented as accepted.

@@ -822,12 +822,12 @@ fn token_sources_request_env_and_token_file() {
 #[test]
 fn request_json_errors_name_the_field() {
     let cb = |_: &Value| true;
-    let e = pull::pull_json("not json", &cb);
+    let e = pull::pull_json("not json", &cb).unwrap_err().to_json();
     assert_eq!(e["code"], "invalid_json");
-    let e = pull::pull_json(r#"{"repo":"a/b","bogus":1}"#, &cb);
+    let e = pull::pull_json(r#"{"repo":"a/b","bogus":1}"#, &cb).unwrap_err().to_json();
     assert_eq!(e["code"], "invalid_argument");
     assert!(e["message"].as_str().unwrap().contains("bogus"), "{e}");
-    let e = pull::pull_json(r#"{"repo":"a/b","quant":7}"#, &cb);
+    let e = pull::pull_json(r#"{"repo":"a/b","quant":7}"#, &cb).unwrap_err().to_json();
     assert!(e["message"].as_str().unwrap().contains("quant"), "{e}");
     for bad in [
         r#"{"repo":"../etc"}"#,
@@ -835,7 +835,7 @@ fn request_json_errors_name_the_field() {
         r#"{"repo":"a/b","filename":"../x.gguf"}"#,
         r#"{}"#,
     ] {
-        assert_eq!(pull::pull_json(bad, &cb)["code"], "invalid_argument", "{bad}");
+        assert_eq!(pull::pull_json(bad, &cb).unwrap_err().to_json()["code"], "invalid_argument", "{bad}");
     }
     // The issue's full request shape parses.
     let req = pull::parse_request(r#"{"repo":"org/name","revision":"main","quant":"Q4_K_M","filename":null,"cache_dir":null,"token":null,"offline":false}"#).unwrap();

@@ -159,6 +159,8 @@ impl<'w> Display<'w> {
         }
     }
 
+    /// Prints one pull event on the terminal.
+    // Over 60 lines: one `match` arm per event type, each formatting its own line.
     fn event(&self, ev: &Value) {
         let u = |k: &str| ev[k].as_u64().unwrap_or(0);
         match ev["type"].as_str() {

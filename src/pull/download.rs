@@ -7,7 +7,7 @@
 
 use super::cache::disk_error;
 use super::hub::{backoff, Hub, NETWORK_ATTEMPTS};
-use super::Events;
+use super::events::Events;
 use crate::error::{Error, ErrorCode, Result};
 use serde_json::json;
 use sha1::Sha1;
@@ -198,6 +198,8 @@ enum End {
 /// sha256 costs about as much as reading and writing together; as its own stage it runs beside
 /// the I/O instead of after it. Only bytes that reached the file are hashed and counted, so the
 /// sink stays consistent whatever fails.
+// Over 60 lines: the reader, writer and hasher are three threads of one scope sharing its
+// channels and buffer pool; splitting them apart would thread all of those through arguments.
 fn stream(
     body: &mut (dyn Read + Send),
     sink: Sink,
@@ -328,6 +330,11 @@ pub(crate) fn download(
     r
 }
 
+/// One file's download with its retries: fetch (resuming), stream, verify; returns the sha256 and
+/// the key it was stored under.
+// Over 60 lines: one retry loop whose branches (resume refused or restarted, a response that
+// contradicts the listing, a network or disk error, a cancel) each decide what happens to the
+// partial file; they read and update the same sink and counters.
 fn download_inner(
     hub: &Hub,
     commit: &str,

@@ -7,7 +7,7 @@
 //! `X-Linked-*` headers can be read from the redirect itself.
 
 use super::select;
-use super::Events;
+use super::events::Events;
 use crate::error::{Error, ErrorCode, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -304,6 +304,8 @@ impl Hub {
     }
 
     /// Maps a non-success answer to llb's error vocabulary, from the hub's headers.
+    // Over 60 lines: one table of the hub's answers, an `if` per case with its message, in the
+    // order they must be tested.
     pub fn error(&self, status: u16, headers: &HeaderMap, body: &str, target: Target) -> Error {
         let code = header(headers, "x-error-code").unwrap_or_default();
         let hub_msg = header(headers, "x-error-message")

@@ -12,6 +12,7 @@
 mod cache;
 pub mod cli;
 mod download;
+mod events;
 mod hub;
 mod select;
 
@@ -20,6 +21,7 @@ pub use select::{is_repo_arg, parse_repo_arg, quant_label, RepoArg, DEFAULT_QUAN
 use crate::error::{bail, Error, ErrorCode, Result};
 use cache::RepoCache;
 use download::{Expect, Job, Progress};
+use events::{redact, redact_error, Events};
 use hub::Hub;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -229,63 +231,6 @@ fn settings(req: &PullRequest, env: &Env) -> Result<Settings> {
     })
 }
 
-/// The event callback, with the token scrubbed from everything it sees. A `false` from the
-/// callback becomes a `cancelled` error.
-pub(crate) struct Events<'a> {
-    sink: &'a dyn Fn(&Value) -> bool,
-    secret: Option<&'a str>,
-}
-
-impl Events<'_> {
-    pub fn emit(&self, mut v: Value) -> Result<()> {
-        if let Some(s) = self.secret {
-            redact(&mut v, s);
-        }
-        if (self.sink)(&v) {
-            Ok(())
-        } else {
-            bail!(Cancelled, "the pull was cancelled by the event callback")
-        }
-    }
-
-    pub fn warning(&self, code: &str, message: String) -> Result<()> {
-        self.emit(json!({"type": "pull_warning", "code": code, "message": message}))
-    }
-}
-
-/// Replaces the token in every string of `v` (keys too): belt and braces, since no code path
-/// puts it in a message.
-fn redact(v: &mut Value, secret: &str) {
-    if secret.len() < 4 {
-        return;
-    }
-    match v {
-        Value::String(s) if s.contains(secret) => *s = s.replace(secret, "***"),
-        Value::Array(a) => a.iter_mut().for_each(|x| redact(x, secret)),
-        Value::Object(m) => {
-            if m.keys().any(|k| k.contains(secret)) {
-                *m = std::mem::take(m).into_iter().map(|(k, v)| (k.replace(secret, "***"), v)).collect();
-            }
-            m.values_mut().for_each(|x| redact(x, secret));
-        }
-        _ => {}
-    }
-}
-
-fn redact_error(mut e: Error, secret: Option<&str>) -> Error {
-    if let Some(s) = secret.filter(|s| s.len() >= 4) {
-        e.message = e.message.replace(s, "***");
-        if let Some(extra) = &mut e.extra {
-            let mut v = Value::Object(std::mem::take(extra));
-            redact(&mut v, s);
-            if let Value::Object(m) = v {
-                *extra = m;
-            }
-        }
-    }
-    e
-}
-
 /// Pulls a model: the `pull_result` JSON, or an error. `events` receives `pull_resolved`,
 /// `pull_progress` and `pull_warning` events; returning `false` cancels (a partial download
 /// stays resumable). Reads the process environment (`HF_TOKEN`, `HF_ENDPOINT`, ...).
@@ -302,7 +247,7 @@ pub fn pull_with_env(req: &PullRequest, env: &Env, events: &dyn Fn(&Value) -> bo
     // any the request carries even if unused.
     let s = settings(req, env).map_err(|e| redact_error(e, req.token.as_deref()))?;
     let secret = s.token.clone();
-    let ev = Events { sink: events, secret: secret.as_deref() };
+    let ev = Events::new(events, secret.as_deref());
     let cache = RepoCache::new(&s.cache_root, &s.repo);
     let r = if s.offline { from_cache(&s, &cache, &ev, None) } else { online(&s, &cache, &ev) };
     match r {
@@ -316,12 +261,9 @@ pub fn pull_with_env(req: &PullRequest, env: &Env, events: &dyn Fn(&Value) -> bo
     }
 }
 
-/// What `llb_model_pull` returns: the result, or the error JSON.
-pub fn pull_json(request_json: &str, events: &dyn Fn(&Value) -> bool) -> Value {
-    match parse_request(request_json).and_then(|r| pull(&r, events)) {
-        Ok(v) => v,
-        Err(e) => e.to_json(),
-    }
+/// `llb_model_pull`: the request's JSON text parsed, then [`pull`].
+pub fn pull_json(request_json: &str, events: &dyn Fn(&Value) -> bool) -> Result<Value> {
+    pull(&parse_request(request_json)?, events)
 }
 
 /// One file to pull.
@@ -405,13 +347,16 @@ fn check_listing(listing: &hub::Listing, repo: &str, what: &str) -> Result<Strin
     Ok(commit)
 }
 
+/// One file of a plan: its name, size and expected checksum.
+type PlannedFile = (String, u64, Expect);
+
 /// The file plan: the chosen model's files with the size and checksum the listing gives each.
 fn plan_files(
     listing: &hub::Listing,
     quant: Option<&str>,
     filename: Option<&str>,
     what: &str,
-) -> Result<(select::Choice, Vec<(String, u64, Expect)>)> {
+) -> Result<(select::Choice, Vec<PlannedFile>)> {
     let names: Vec<String> = listing.siblings.iter().map(|x| x.rfilename.clone()).collect();
     let choice = select::choose(&names, quant, filename, what)?;
     let mut files = Vec::new();
