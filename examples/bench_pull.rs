@@ -42,6 +42,7 @@ fn cpu() -> (f64, f64) {
     let get = |who| {
         // SAFETY: getrusage fills the struct it is given.
         let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `u` is a valid rusage to fill.
         unsafe { libc::getrusage(who, &mut u) };
         let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
         tv(u.ru_utime) + tv(u.ru_stime)

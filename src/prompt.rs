@@ -108,7 +108,7 @@ impl Prompter {
         // outlives every request's grammar with.
         let (g, stats) =
             unsafe { crate::grammar::Grammar::build(self.vocab.raw(), spec, self.engine(), &token_id, &not_utf8)? };
-        if debug_enabled() {
+        if crate::debug::enabled() {
             eprintln!("[llb] grammar build: {stats:?}");
         }
         Ok(g)
@@ -343,7 +343,7 @@ impl Prompter {
             _ => "required",
         };
         let why = |r: &str| {
-            if debug_enabled() {
+            if crate::debug::enabled() {
                 eprintln!("[llb] no splice: {r}");
             }
         };
@@ -457,12 +457,6 @@ pub fn adapt_messages(messages: &[request::Message], system_role: bool) -> Vec<r
         out.push(plain(Role::User, pending.join("\n\n")));
     }
     out
-}
-
-/// `LLB_DEBUG=1`: print each request's grammar, prompt tail and raw output to stderr.
-pub fn debug_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LLB_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0"))
 }
 
 #[cfg(test)]

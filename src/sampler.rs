@@ -8,8 +8,6 @@ use crate::grammar::Grammar;
 use crate::request::SamplingParams;
 use crate::sys;
 use crate::tokens::{Token, Vocab};
-use std::os::raw::c_char;
-use std::ptr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -99,10 +97,8 @@ impl Sampler {
             selected: -1,
             sorted: false,
         };
-        let mut err: *mut c_char = ptr::null_mut();
-        // SAFETY: arr points into self.cur, alive for the call.
-        let st = unsafe { sys::llb_shim_sampler_apply(self.chain, &mut arr, &mut err) };
-        crate::shim::check(st, err, "sampling").map_err(internal)?;
+        // SAFETY: the chain is live; arr points into self.cur, alive for the call.
+        unsafe { crate::shim::sampler_apply(self.chain, &mut arr, "sampling") }?;
         self.cur.truncate(arr.size);
         if arr.selected >= 0 && (arr.selected as usize) < arr.size {
             self.cur.swap(0, arr.selected as usize);
@@ -248,17 +244,10 @@ impl Sampler {
             }
             self.stats.grammar += t0.elapsed();
         }
-        let mut err: *mut c_char = ptr::null_mut();
-        // SAFETY: live sampler.
-        let st = unsafe { sys::llb_shim_sampler_accept(self.chain, token, &mut err) };
-        crate::shim::check(st, err, "sampler accept").map_err(internal)?;
+        // SAFETY: the chain is live.
+        unsafe { crate::shim::sampler_accept(self.chain, token, "sampler accept") }?;
         Ok(dropped)
     }
-}
-
-fn internal(mut e: Error) -> Error {
-    e.code = ErrorCode::Internal;
-    e
 }
 
 /// The sampling chain for `p` over a vocabulary of `n_vocab` tokens: logit adjustments, then

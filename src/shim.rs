@@ -1,8 +1,8 @@
 //! Safe wrappers over native/shim.h, and the one place a shim status becomes an llb error
 //! ([`check`] for calls on the host's inputs, [`check_llb`] for calls on what llb built).
-//! Templates, probes, parsers, sampling and the test switches call the shim only through this
-//! module; llama.cpp's grammar (src/grammar/llama.rs, src/grammar/engine.rs) still makes its own
-//! shim calls, mapped by `check`/`check_llb` (docs/STYLE.md §4).
+//! Templates, probes, parsers, sampler apply/accept and the test switches call the shim only
+//! through this module; llama.cpp's grammar sampler (src/grammar/llama.rs) makes its own
+//! construction and forced-text calls, mapped by `check`/`check_llb` (docs/STYLE.md §4).
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::gguf::GgufHeader;

@@ -238,7 +238,7 @@ fn check_reply(c: &Case, r: &Value, chunks: &[Value]) -> Option<String> {
             }
             schema.as_object_mut().unwrap().remove("required");
             let Some(obj) = v.as_object_mut() else { return Some(format!("{name} arguments {args}: not an object")) };
-            if let Some(last) = obj.keys().last().cloned() {
+            if let Some(last) = obj.keys().next_back().cloned() {
                 if schema["properties"].get(&last).is_none() {
                     return Some(format!("{name} arguments {args}: unknown key {last}"));
                 }

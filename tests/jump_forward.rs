@@ -13,7 +13,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::sync::{Arc, Barrier};
 
-/// One of each family the issue names; the fixture's tokenizer is its family's (vocab_for).
+// One of each family the issue names; the fixture's tokenizer is its family's (vocab_for).
 
 /// Bounded arguments (random weights would write a free string forever): their keys and
 /// separators, and the rest of an enum value after its first letter, are forced.

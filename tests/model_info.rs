@@ -281,7 +281,7 @@ fn raw_gguf(name: &str, kvs: &[(&str, u32, Vec<u8>)], tensors: &[(&str, &[u64])]
 fn files_that_crash_llama_cpps_gguf_reader_are_not_a_gguf() {
     let arch = ("general.architecture", 8u32, [&5u64.to_le_bytes()[..], b"llama"].concat());
     let empty_key = raw_gguf("hostile-empty-key.gguf", &[arch.clone(), ("", 4, 1u32.to_le_bytes().to_vec())], &[]);
-    let zero_dim = raw_gguf("hostile-zero-dim.gguf", &[arch.clone()], &[("t", &[32, 0])]);
+    let zero_dim = raw_gguf("hostile-zero-dim.gguf", std::slice::from_ref(&arch), &[("t", &[32, 0])]);
     let control = raw_gguf("hostile-control.gguf", &[arch], &[("t", &[32, 1])]);
     for (p, what) in [(&empty_key, "empty key"), (&zero_dim, "zero dimension")] {
         let v = model_info(p);

@@ -176,7 +176,7 @@ const LEAK_MAX_TOKENS: u32 = 12;
 /// returned string is freed (`take`), the engine is destroyed (`Drop`).
 fn cycle(path: &Path, i: usize) {
     let e = CEngine::open(&config(path)).unwrap_or_else(|ev| panic!("cycle {i}: create failed: {ev}"));
-    let (first, second) = if i % 2 == 0 { (Choice::Required, Choice::Auto) } else { (Choice::Auto, Choice::Required) };
+    let (first, second) = if i.is_multiple_of(2) { (Choice::Required, Choice::Auto) } else { (Choice::Auto, Choice::Required) };
     let r = e.infer(&request(first, false, i % 4 < 2, LEAK_MAX_TOKENS, i as u64));
     check_completion(&format!("cycle {i} non-streamed"), &r);
     let r = e.infer(&request(second, true, i % 4 >= 2, LEAK_MAX_TOKENS, i as u64 + 1));
@@ -489,7 +489,7 @@ fn cancelling_from_the_callback_at_random_points_leaves_the_engine_usable() {
         }
     }
     let guard = Destroy(chat);
-    let kind = |i: usize| (i % 2 == 0, if i % 4 < 2 { Choice::Required } else { Choice::Auto }, i % 3 == 0);
+    let kind = |i: usize| (i.is_multiple_of(2), if i % 4 < 2 { Choice::Required } else { Choice::Auto }, i.is_multiple_of(3));
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let requests = 200;
     let (mut tried, mut cancelled, mut not_reached, mut on_closing, mut in_prompt) = (0, 0, 0, 0, 0);
@@ -594,7 +594,7 @@ fn model_info_forks_safely_while_other_engines_render() {
                 let mut n = 0u64;
                 while !stop.load(Ordering::SeqCst) {
                     // Short requests: mostly template renders, parser builds and allocation.
-                    check_completion("render load", &e.infer(&request(Choice::Auto, n % 2 == 0, true, 2, n + t)));
+                    check_completion("render load", &e.infer(&request(Choice::Auto, n.is_multiple_of(2), true, 2, n + t)));
                     n += 1;
                 }
                 n

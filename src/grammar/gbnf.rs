@@ -8,6 +8,16 @@
 
 use std::collections::HashMap;
 
+/// A grammar constraint: GBNF text, and for lazy grammars what wakes it up (the patterns and
+/// tokens of llama.cpp's lazy grammars).
+#[derive(Debug, Clone, Default)]
+pub struct GrammarSpec {
+    pub gbnf: String,
+    pub lazy: bool,
+    pub trigger_patterns: Vec<String>,
+    pub trigger_tokens: Vec<crate::sys::llama_token>,
+}
+
 /// A GBNF string literal.
 pub fn literal(s: &str) -> String {
     let mut out = String::from("\"");

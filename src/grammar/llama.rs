@@ -3,7 +3,7 @@
 //! llb refuses tokens invalid wherever they stand and tokens that do not continue a pending
 //! character. Every call goes through the shim, which catches llama.cpp's exceptions.
 
-use super::GrammarSpec;
+use super::gbnf::GrammarSpec;
 use crate::error::{Error, ErrorCode, Result};
 use crate::sys;
 use std::ffi::{CStr, CString};
@@ -46,10 +46,8 @@ impl LlamaGrammar {
     fn run(&self, cur: &mut Vec<sys::llama_token_data>) -> Result<()> {
         let mut arr =
             sys::llama_token_data_array { data: cur.as_mut_ptr(), size: cur.len(), selected: -1, sorted: false };
-        let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: arr points into `cur`, alive for the call; the sampler is live.
-        let st = unsafe { sys::llb_shim_sampler_apply(self.sampler, &mut arr, &mut err) };
-        crate::shim::check(st, err, "grammar").map_err(internal)?;
+        unsafe { crate::shim::sampler_apply(self.sampler, &mut arr, "grammar") }?;
         cur.truncate(arr.size);
         Ok(())
     }
@@ -90,9 +88,10 @@ impl LlamaGrammar {
         let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: live grammar sampler made by llb_shim_grammar_new; exceptions caught by the shim.
         let st = unsafe { sys::llb_shim_grammar_forced(self.sampler, max_bytes, &mut text, &mut err) };
-        crate::shim::check(st, err, "forced grammar text").map_err(internal)?;
+        crate::shim::check_llb(st, err, "forced grammar text")?;
         // SAFETY: on success the shim returns a NUL-terminated malloc'd string, freed here once.
         let out = unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned();
+        // SAFETY: `text` came from the shim and is not used after this.
         unsafe { sys::llb_shim_string_free(text) };
         Ok(out)
     }
@@ -102,10 +101,8 @@ impl LlamaGrammar {
         if self.sampler.is_null() {
             return Ok(());
         }
-        let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: live sampler; exceptions are caught by the shim.
-        let st = unsafe { sys::llb_shim_sampler_accept(self.sampler, token, &mut err) };
-        crate::shim::check(st, err, "grammar prefill").map_err(internal)
+        unsafe { crate::shim::sampler_accept(self.sampler, token, "grammar prefill") }
     }
 
     /// Records a generated token. When llama.cpp's grammar throws, it is dropped and its message
@@ -114,10 +111,8 @@ impl LlamaGrammar {
         if self.sampler.is_null() {
             return Ok(None);
         }
-        let mut err: *mut c_char = ptr::null_mut();
         // SAFETY: live sampler; exceptions are caught by the shim.
-        let st = unsafe { sys::llb_shim_sampler_accept(self.sampler, token, &mut err) };
-        if let Err(e) = crate::shim::check(st, err, "grammar accept") {
+        if let Err(e) = unsafe { crate::shim::sampler_accept(self.sampler, token, "grammar accept") } {
             // SAFETY: created in new(), freed once here.
             unsafe { sys::llama_sampler_free(self.sampler) };
             self.sampler = ptr::null_mut();
@@ -135,11 +130,6 @@ impl Drop for LlamaGrammar {
             unsafe { sys::llama_sampler_free(self.sampler) };
         }
     }
-}
-
-fn internal(mut e: Error) -> Error {
-    e.code = ErrorCode::Internal;
-    e
 }
 
 /// llama.cpp's grammar sampler for `g` (lazy with its triggers, or strict). A grammar llama.cpp
@@ -182,6 +172,6 @@ unsafe fn grammar_sampler(vocab: *const sys::llama_vocab, g: &GrammarSpec) -> Re
             format!("the request's tool schemas or response_format give a grammar llama.cpp cannot parse: {}", e.message),
         ));
     }
-    crate::shim::check(st, err, "building the grammar sampler").map_err(internal)?;
+    crate::shim::check_llb(st, err, "building the grammar sampler")?;
     Ok(grammar)
 }

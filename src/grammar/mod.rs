@@ -22,16 +22,8 @@ pub mod strict;
 use crate::error::{ErrorCode, Result};
 use crate::sys;
 use engine::{BuildStats, Constraint, Engine, Triggers};
+pub use gbnf::GrammarSpec;
 use std::sync::Arc;
-
-/// A grammar constraint: GBNF text, and for lazy grammars what wakes it up.
-#[derive(Debug, Clone, Default)]
-pub struct GrammarSpec {
-    pub gbnf: String,
-    pub lazy: bool,
-    pub trigger_patterns: Vec<String>,
-    pub trigger_tokens: Vec<sys::llama_token>,
-}
 
 /// What a request's grammar runs on.
 pub enum Grammar {
@@ -72,7 +64,7 @@ impl Grammar {
                     return Ok((Grammar::Engine(Constraint::new(engine.clone(), matcher, triggers)), Some(stats)));
                 }
                 Err(e) if e.code == ErrorCode::InvalidArgument => {
-                    if crate::prompt::debug_enabled() {
+                    if crate::debug::enabled() {
                         eprintln!("[llb] grammar engine fallback to llama.cpp's sampler: {}", e.message);
                     }
                 }

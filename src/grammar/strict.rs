@@ -30,7 +30,7 @@
 //! the schemas inside the parser arena the section grammar is built from ([`strict_section`]).
 
 use crate::error::{bail, Result};
-use crate::request::Tool;
+use crate::request::wire::Tool;
 use crate::grammar::gbnf::literal as gbnf_literal;
 use serde_json::Value;
 use std::collections::HashMap;

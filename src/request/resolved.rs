@@ -3,7 +3,8 @@
 //! inference's `ValidGenerateRequest`. Planning, sampling, generation and the response read the
 //! [`ResolvedRequest`]; none of them sees the raw request or writes a default of its own.
 
-use super::{ChatRequest, Choice, EngineSettings, Message, ReasoningFormat, Tool};
+use super::settings::EngineSettings;
+use super::wire::{ChatRequest, Choice, Message, ReasoningFormat, Tool};
 use crate::error::{bail, Error, ErrorCode, Result};
 use serde_json::{json, Map, Value};
 
@@ -195,7 +196,8 @@ fn random_seed() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{EngineConfig, HandleKind};
+    use super::super::settings::HandleKind;
+    use super::super::wire::EngineConfig;
 
     fn settings(config: Value) -> EngineSettings {
         let c: EngineConfig = serde_json::from_value(config).unwrap();

@@ -3,7 +3,7 @@
 //! one comment per field (as llama.h's `llama_context_default_params()` does), so nothing
 //! downstream reads an `Option` of the config or writes a default of its own.
 
-use super::EngineConfig;
+use super::wire::EngineConfig;
 use crate::error::{bail, Result};
 use serde_json::{Map, Value};
 

@@ -170,10 +170,6 @@ impl Scheduler {
         Ok(Scheduler { shared, thread: Some(thread) })
     }
 
-    pub fn config(&self) -> &SchedConfig {
-        &self.shared.config
-    }
-
     /// Queues a request whose prompt is `tokens`. Fails at once with `queue_full` when the
     /// queue is full.
     pub fn join(&self, tokens: Vec<Token>) -> Result<Ticket> {

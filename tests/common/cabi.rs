@@ -63,6 +63,7 @@ pub struct CEngine {
 
 // SAFETY: the handle may be used from any thread (llb serializes calls per engine).
 unsafe impl Send for CEngine {}
+// SAFETY: as Send: every llb_chat_* call may come from any thread.
 unsafe impl Sync for CEngine {}
 
 impl CEngine {
@@ -116,6 +117,7 @@ pub struct CPool {
 
 // SAFETY: a pool may be used from any number of threads at once.
 unsafe impl Send for CPool {}
+// SAFETY: as Send: every llb_pool_* call may come from any thread at once.
 unsafe impl Sync for CPool {}
 
 impl CPool {
