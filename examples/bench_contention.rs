@@ -6,15 +6,19 @@
 //!
 //!   LLB_BENCH_MODEL=model.gguf [LLB_LLAMA_SERVER=path] cargo run --release --example bench_contention
 //!   (scripts/bench-contention.sh sets both up)
+//!   ... --one [N]: one engine's median rate alone, adaptive or fixed at N threads (to probe a
+//!   load by hand: start the busy loops yourself)
 
 use llb::engine::Engine;
 use llb::request::EngineConfig;
 use serde_json::{json, Value};
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const REPS: usize = 5;
+/// The longest one llama-server request runs before its rate so far is taken.
+const PEER_DEADLINE: Duration = Duration::from_secs(30);
 
 fn request() -> Value {
     json!({"messages": [{"role": "user", "content": "Write a long story about a cat."}],
@@ -27,11 +31,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median decode rate of `REPS` requests on an engine made with `adaptive_threads`.
-fn llb_rate(model: &str, adaptive: bool) -> f64 {
+/// Median decode rate of `REPS` requests on an engine made with `adaptive_threads` (and
+/// `n_threads` when given).
+fn llb_rate(model: &str, adaptive: bool, n_threads: Option<i32>) -> f64 {
     let cfg = EngineConfig {
         model_path: model.into(),
         n_ctx: Some(2048),
+        n_threads,
         adaptive_threads: Some(adaptive),
         ..Default::default()
     };
@@ -71,7 +77,7 @@ impl Server {
     fn start(bin: &str, model: &str) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = Command::new(bin)
-            .args(["-m", model, "--port", &port.to_string(), "-c", "2048", "--jinja"])
+            .args(["-m", model, "--port", &port.to_string(), "-c", "2048", "--jinja", "--parallel", "1"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -100,15 +106,45 @@ impl Server {
         out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
     }
 
+    /// Median decode rate of `REPS` requests. Each streams with llama-server's per-token timings
+    /// and is cut after `PEER_DEADLINE` (the rate so far counts): with every core busy the
+    /// default OpenMP build decodes well under one token a second.
     fn rate(&self) -> f64 {
-        let rates = (0..REPS)
-            .map(|_| {
-                let body = self.post("/v1/chat/completions", &request().to_string()).expect("llama-server reply");
-                let v: Value = serde_json::from_str(&body).expect("llama-server JSON");
-                v["timings"]["predicted_per_second"].as_f64().unwrap()
-            })
-            .collect();
+        let rates = (0..REPS).map(|_| self.stream_rate().expect("llama-server streamed no timings")).collect();
         median(rates)
+    }
+
+    fn stream_rate(&self) -> Option<f64> {
+        let mut body = request();
+        body["stream"] = json!(true);
+        body["timings_per_token"] = json!(true);
+        let body = body.to_string();
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.1)).ok()?;
+        c.set_read_timeout(Some(PEER_DEADLINE)).ok()?;
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        c.write_all(head.as_bytes()).ok()?;
+        c.write_all(body.as_bytes()).ok()?;
+        let start = std::time::Instant::now();
+        let mut rate = None;
+        // Chunk-size lines and events split across chunks do not parse and are skipped.
+        for line in BufReader::new(c).lines() {
+            let Ok(line) = line else { break };
+            let Some(data) = line.strip_prefix("data: ") else { continue };
+            if data.trim() == "[DONE]" {
+                break;
+            }
+            let t = serde_json::from_str::<Value>(data).map(|v| v["timings"].clone()).unwrap_or_default();
+            if t["predicted_n"].as_u64().is_some_and(|n| n >= 2) {
+                rate = t["predicted_per_second"].as_f64().or(rate);
+            }
+            if start.elapsed() > PEER_DEADLINE {
+                break;
+            }
+        }
+        rate
     }
 }
 impl Drop for Server {
@@ -132,8 +168,11 @@ fn two_processes() -> (f64, f64) {
 
 fn main() {
     let model = std::env::var("LLB_BENCH_MODEL").expect("LLB_BENCH_MODEL: a tool-capable GGUF");
-    if std::env::args().any(|a| a == "--one") {
-        println!("{}", llb_rate(&model, true));
+    // `--one [N]`: one engine's rate, adaptive, or fixed at N threads (for probing by hand).
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--one") {
+        let fixed = args.get(i + 1).and_then(|n| n.parse().ok());
+        println!("{}", llb_rate(&model, fixed.is_none(), fixed));
         return;
     }
     let server = std::env::var("LLB_LLAMA_SERVER").ok().map(|b| Server::start(&b, &model));
@@ -143,7 +182,7 @@ fn main() {
     let mut idle = [0.0f64; 3];
     for busy in [0, 1, cores] {
         let _hold = Busy::hold(busy);
-        let r = [llb_rate(&model, true), llb_rate(&model, false), server.as_ref().map_or(f64::NAN, Server::rate)];
+        let r = [llb_rate(&model, true, None), llb_rate(&model, false, None), server.as_ref().map_or(f64::NAN, Server::rate)];
         if busy == 0 {
             idle = r;
         }

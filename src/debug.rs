@@ -1,5 +1,5 @@
 //! llb's diagnostics switch: `LLB_DEBUG=1` prints each request's grammar, prompt tail and raw
-//! output, and the grammar engine's fallbacks, to stderr. Below every module that prints.
+//! output, the grammar engine's fallbacks and adaptive thread moves, to stderr. Below every module that prints.
 
 use std::sync::OnceLock;
 

@@ -61,7 +61,7 @@ pub struct EngineSettings {
     /// thread budget (the machine's cores, or `LLB_THREAD_BUDGET`; src/threads.rs).
     pub n_threads: usize,
     /// Decode threads follow what the machine gives, `n_threads` the ceiling (docs/scaling.md,
-    /// "Sharing the cores"). Default false until its benchmark confirms the idle speed.
+    /// "Sharing the cores"). Default true (docs/benchmarks.md, "Decode when the host is busy").
     pub adaptive_threads: bool,
     /// How hard idle compute threads poll before sleeping, 0 to 100 as llama.cpp's `--poll`.
     /// Default 0 (sleep at once: the cores go to the host).
@@ -143,7 +143,7 @@ impl EngineSettings {
             },
             max_queue: config.max_queue.unwrap_or(n_parallel * DEFAULT_QUEUE_PER_PARALLEL) as usize,
             n_threads: config.n_threads.map_or(crate::threads::total(), |t| t as usize),
-            adaptive_threads: config.adaptive_threads.unwrap_or(false),
+            adaptive_threads: config.adaptive_threads.unwrap_or(true),
             thread_poll: config.thread_poll.unwrap_or(0),
             seed: config.seed,
             deterministic_call_syntax: config.deterministic_call_syntax.unwrap_or(true),
@@ -186,7 +186,7 @@ mod tests {
         let e = EngineSettings::resolve(&c, HandleKind::Engine, Some(32768)).unwrap();
         assert_eq!((e.n_parallel, e.n_ctx, e.max_seq, e.n_batch, e.n_ubatch), (1, 4096, 4096, 512, 512));
         assert_eq!((e.n_slots, e.max_queue), (1, 16));
-        assert!(!e.adaptive_threads && e.deterministic_call_syntax && e.jump_forward);
+        assert!(e.adaptive_threads && e.deterministic_call_syntax && e.jump_forward);
         assert_eq!((e.thread_poll, e.seed, e.reasoning_budget), (0, None, None));
         let p = EngineSettings::resolve(&c, HandleKind::Pool, Some(2048)).unwrap();
         assert_eq!((p.n_parallel, p.n_ctx, p.max_seq, p.n_slots, p.max_queue), (4, 8192, 2048, 16, 64));

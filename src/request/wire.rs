@@ -79,7 +79,7 @@ pub struct EngineConfig {
     #[serde(default)]
     pub reasoning_budget: Option<i64>,
     /// Decode threads follow what the machine gives (docs/scaling.md, "Sharing the cores with the host");
-    /// `n_threads` stays the ceiling. Default false until its benchmark confirms the idle speed.
+    /// `n_threads` stays the ceiling. Default true; false keeps `n_threads` fixed.
     #[serde(default)]
     pub adaptive_threads: Option<bool>,
     /// How hard idle compute threads poll for the next batch before sleeping, 0-100 as

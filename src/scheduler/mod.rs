@@ -555,7 +555,10 @@ impl Worker {
             Ok(0) => {
                 self.last_decode = took;
                 if let Some(t) = &mut self.tuner {
-                    t.record(n_tokens, used, took.as_secs_f64());
+                    let moved = t.record(n_tokens, used, took.as_secs_f64());
+                    if let Some(n) = moved.filter(|_| crate::debug::enabled()) {
+                        eprintln!("[llb] adaptive threads: decodes of {n_tokens} tokens now on {n} threads");
+                    }
                 }
                 self.deliver(&mut st, &entries);
             }

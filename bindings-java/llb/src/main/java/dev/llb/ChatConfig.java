@@ -119,7 +119,7 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
      * request threads) hold cores; {@link #withThreads n_threads} stays the ceiling. Off, every
      * decode asks for the full thread count (docs/scaling.md).
      *
-     * @param adaptive default false (off until issue 23's benchmark confirms the idle speed)
+     * @param adaptive default true (false keeps the thread count fixed at {@code threads})
      * @return a copy with it set
      */
     public ChatConfig withAdaptiveThreads(boolean adaptive) {

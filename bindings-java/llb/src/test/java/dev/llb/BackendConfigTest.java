@@ -105,7 +105,7 @@ class BackendConfigTest {
         assertEquals(50, json.path("thread_poll").intValue(), config.toJson());
         assertEquals(true, Json.parse(Fixtures.config(tools).withAdaptiveThreads(true).toJson())
                 .path("adaptive_threads").booleanValue());
-        // Unset: left out, so llb's defaults (fixed threads, poll 0) apply.
+        // Unset: left out, so llb's defaults (adaptive threads, poll 0) apply.
         var unset = Json.parse(Fixtures.config(tools).toJson());
         assertTrue(unset.path("adaptive_threads").isMissingNode() && unset.path("thread_poll").isMissingNode(), unset.toString());
 

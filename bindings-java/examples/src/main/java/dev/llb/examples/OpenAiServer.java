@@ -28,7 +28,7 @@ import java.util.concurrent.Executors;
  * KV budget all requests share (llb's default: 4096 tokens per parallel request);
  * {@code --threads} defaults to llb's process-wide budget (the machine's cores) and is the ceiling
  * of the decode threads; {@code --adaptive-threads} and {@code --thread-poll} are llb's
- * {@code adaptive_threads} (default false for now) and {@code thread_poll} (default 0).
+ * {@code adaptive_threads} (default true) and {@code thread_poll} (default 0).
  * {@code /v1/models} reports the model's {@code supports_tools} and {@code caps} ({@link Llb#modelInfo}).
  * A model that llb refuses for lack of tool calling still starts the server, which then answers
  * every completion with llb's refusal (422, code {@code tools_unsupported}); other load failures

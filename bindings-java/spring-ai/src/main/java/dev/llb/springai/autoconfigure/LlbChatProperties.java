@@ -48,7 +48,7 @@ public class LlbChatProperties {
     private Integer contextSize;
     /** CPU threads for decoding (default: every core); the ceiling when adaptive-threads is on. */
     private Integer threads;
-    /** Whether the decode threads follow the cores the machine gives (adaptive_threads; llb's default: false for now). */
+    /** Whether the decode threads follow the cores the machine gives (adaptive_threads; llb's default: true). */
     private Boolean adaptiveThreads;
     /** How hard idle compute threads poll before they sleep, 0 to 100 as llama.cpp's --poll (thread_poll; llb's default: 0). */
     private Integer threadPoll;
