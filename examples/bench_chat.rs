@@ -106,6 +106,7 @@ fn tools() -> Value {
     .unwrap()
 }
 
+// Over 60 lines: the benchmark's runs in order, each printing its row of the table.
 fn main() {
     llb::init_backend();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-fixtures");

@@ -116,10 +116,9 @@ fn engine_masks(e: &Engine, masks: &Arc<Masks>, gbnf: &str, t1: bool) -> Vec<f64
 }
 
 /// The same walk on llama.cpp's GBNF sampler, bounded in steps and time.
-fn gbnf_masks(vocab: &Vocab, gbnf: &str, t1: bool, budget_ms: f64) -> Vec<f64> {
+fn gbnf_masks(vocab: &Arc<Vocab>, gbnf: &str, t1: bool, budget_ms: f64) -> Vec<f64> {
     let spec = llb::grammar::GrammarSpec { gbnf: gbnf.to_string(), ..Default::default() };
-    // SAFETY: the vocabulary belongs to the engine, alive for the whole benchmark.
-    let mut g = unsafe { LlamaGrammar::new(vocab.raw(), &spec, Vec::new()) }.expect("gbnf");
+    let mut g = LlamaGrammar::new(vocab.clone(), &spec).expect("gbnf");
     let mut rng = Lcg(if t1 { 11 } else { 3 });
     let mut out = Vec::new();
     let start = Instant::now();
@@ -159,8 +158,7 @@ fn section_masks(e: &Engine) {
         let kb = serde_json::to_string(&tools).unwrap().len() as f64 / 1024.0;
         let gbnf = strict_gbnf(e, &tools);
         // Cold: a fresh engine for the vocabulary (its trie is built outside the timing).
-        // SAFETY: the vocabulary belongs to the engine, alive for the whole benchmark.
-        let fresh = Arc::new(unsafe { Masks::new(v.raw()) }.unwrap());
+        let fresh = Arc::new(Masks::new(v).unwrap());
         let t0 = Instant::now();
         let (_, cold) = fresh.compile(&gbnf, &|t| v.single_token(t).map(|t| t as u32)).expect("compile");
         let cold_ms = t0.elapsed().as_secs_f64() * 1e3;

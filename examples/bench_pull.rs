@@ -62,6 +62,7 @@ struct Run {
     self_cpu: f64,
 }
 
+// Over 60 lines: the benchmark's runs in order, each printing its row of the table.
 fn main() {
     let reps: usize = std::env::args().skip_while(|a| a != "--reps").nth(1).and_then(|v| v.parse().ok()).unwrap_or(5);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");

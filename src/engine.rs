@@ -19,7 +19,6 @@ use crate::request::{self, ChatRequest, EngineConfig, EngineSettings, HandleKind
 use crate::scheduler::{SchedConfig, Scheduler};
 use crate::session::ReplyBook;
 use crate::shim::{Probe, Templates};
-use crate::sys;
 use crate::tokens::Vocab;
 use serde_json::Value;
 use std::path::Path;
@@ -32,17 +31,7 @@ pub type EventSink = Box<dyn Fn(&Value) -> bool + Send + Sync>;
 /// layer, the usual layout; an estimate) would not fit in the machine's memory, instead of
 /// letting llama.cpp try to allocate and clear it.
 fn check_context_memory(model: &Model, n_ctx: u32, cp: &crate::backend::ContextParams) -> Result<()> {
-    // SAFETY: the model is alive for the calls.
-    let (n_layer, n_embd, n_head, n_head_kv) = unsafe {
-        let m = model.raw();
-        (
-            sys::llama_model_n_layer(m).max(0) as u64,
-            sys::llama_model_n_embd(m).max(0) as u64,
-            sys::llama_model_n_head(m).max(1) as u64,
-            sys::llama_model_n_head_kv(m).max(0) as u64,
-        )
-    };
-    let per_token = (cp.kv_bytes_per_element() * (n_layer * (n_embd / n_head) * n_head_kv) as f64) as u64;
+    let per_token = (cp.kv_bytes_per_element() * model.kv_elements_per_token() as f64) as u64;
     let need = per_token.saturating_mul(n_ctx as u64);
     // SAFETY: sysconf has no preconditions.
     let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
@@ -165,7 +154,7 @@ impl Engine {
 
     /// The model's vocabulary: for benchmarks and tests.
     #[doc(hidden)]
-    pub fn vocab(&self) -> &Vocab {
+    pub fn vocab(&self) -> &Arc<Vocab> {
         &self.chat.vocab
     }
 

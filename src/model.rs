@@ -33,6 +33,27 @@ impl Model {
         unsafe { sys::llama_model_get_vocab(self.raw) }
     }
 
+    /// How many tokens the model's vocabulary has (a logits row's length).
+    pub fn n_vocab(&self) -> usize {
+        // SAFETY: the vocabulary of a live model.
+        unsafe { sys::llama_vocab_n_tokens(self.vocab()) }.max(0) as usize
+    }
+
+    /// Key and value elements one token takes in the KV cache: layers × head size × KV heads
+    /// (the usual layout; an estimate for sizing checks).
+    pub fn kv_elements_per_token(&self) -> u64 {
+        // SAFETY: the model is alive while `self` is.
+        let (n_layer, n_embd, n_head, n_head_kv) = unsafe {
+            (
+                sys::llama_model_n_layer(self.raw).max(0) as u64,
+                sys::llama_model_n_embd(self.raw).max(0) as u64,
+                sys::llama_model_n_head(self.raw).max(1) as u64,
+                sys::llama_model_n_head_kv(self.raw).max(0) as u64,
+            )
+        };
+        n_layer * (n_embd / n_head) * n_head_kv
+    }
+
     /// Checks that a quantized KV type's blocks divide this model's attention heads (ggml stores
     /// the cache per head); llama.cpp would refuse or assert otherwise.
     pub fn check_kv_types(&self, cp: &ContextParams) -> Result<()> {

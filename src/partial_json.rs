@@ -45,6 +45,8 @@ fn value_done(stack: &mut [Frame]) {
 
 /// The stable prefix of a JSON text that may be cut short, and what closes it. None when the
 /// text is not the start of a JSON object or array (garbage, or a bare scalar).
+// Over 60 lines: one branch per (byte, expected token) pair of JSON's grammar, read as a table;
+// every branch moves the same cursor, stack and best point.
 pub fn closing(text: &str) -> Option<Closing> {
     let b = text.as_bytes();
     let mut stack: Vec<Frame> = Vec::new();
@@ -109,48 +111,15 @@ pub fn closing(text: &str) -> Option<Closing> {
                 *stack.last_mut()? = Frame::Obj(Expect::Colon);
             }
             (b'"', Expect::Value) if !stack.is_empty() => {
-                let close = closers(&stack);
-                i += 1;
-                best = Some(Closing { stable: i, closers: format!("\"{close}") });
-                loop {
-                    match b.get(i) {
-                        None => return best,
-                        Some(b'"') => {
-                            i += 1;
-                            break;
-                        }
-                        Some(b'\\') => {
-                            let n = match b.get(i + 1) {
-                                Some(b'u') => 6,
-                                Some(_) => 2,
-                                None => return best,
-                            };
-                            if i + n > b.len() {
-                                return best;
-                            }
-                            i += n;
-                        }
-                        Some(_) => {
-                            // Whole UTF-8 characters only.
-                            let len = text[i..].chars().next().map_or(1, char::len_utf8);
-                            i += len;
-                        }
-                    }
-                    best = Some(Closing { stable: i, closers: format!("\"{close}") });
-                }
+                i = match string_value(text, i, &closers(&stack), &mut best) {
+                    Some(j) => j,
+                    None => return best,
+                };
                 value_done(&mut stack);
                 best = Some(Closing { stable: i, closers: closers(&stack) });
             }
             (b'-' | b'0'..=b'9', Expect::Value) if !stack.is_empty() => {
-                while i < b.len() && matches!(b[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
-                    i += 1;
-                    if b[i - 1].is_ascii_digit() {
-                        let mut probe = stack.clone();
-                        value_done(&mut probe);
-                        best = Some(Closing { stable: i, closers: closers(&probe) });
-                    }
-                }
-                value_done(&mut stack);
+                i = number_value(b, i, &mut stack, &mut best);
             }
             (b't' | b'f' | b'n', Expect::Value) if !stack.is_empty() => {
                 let word = ["true", "false", "null"].into_iter().find(|w| w.as_bytes()[0] == c)?;
@@ -165,6 +134,43 @@ pub fn closing(text: &str) -> Option<Closing> {
         }
     }
     best
+}
+
+/// Reads the string value starting at `i` (a `"`), updating `best` after each whole character
+/// (closed by a quote, then `close`). Index past the closing quote; None when the text ends first.
+fn string_value(text: &str, mut i: usize, close: &str, best: &mut Option<Closing>) -> Option<usize> {
+    let b = text.as_bytes();
+    i += 1;
+    *best = Some(Closing { stable: i, closers: format!("\"{close}") });
+    loop {
+        match b.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => {
+                let n = if *b.get(i + 1)? == b'u' { 6 } else { 2 };
+                if i + n > b.len() {
+                    return None;
+                }
+                i += n;
+            }
+            // Whole UTF-8 characters only.
+            _ => i += text[i..].chars().next().map_or(1, char::len_utf8),
+        }
+        *best = Some(Closing { stable: i, closers: format!("\"{close}") });
+    }
+}
+
+/// Reads the number value starting at `i`, updating `best` after each digit. Index past it.
+fn number_value(b: &[u8], mut i: usize, stack: &mut [Frame], best: &mut Option<Closing>) -> usize {
+    while i < b.len() && matches!(b[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+        i += 1;
+        if b[i - 1].is_ascii_digit() {
+            let mut probe = stack.to_vec();
+            value_done(&mut probe);
+            *best = Some(Closing { stable: i, closers: closers(&probe) });
+        }
+    }
+    value_done(stack);
+    i
 }
 
 /// Index past the string starting at `i` (a `"`); None when it is not closed.

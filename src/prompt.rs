@@ -94,20 +94,13 @@ impl Prompter {
     /// The constraint engine of this model's vocabulary, built on first need (None when it
     /// cannot be built: grammars then run on llama.cpp's sampler).
     pub fn engine(&self) -> Option<&Arc<crate::grammar::engine::Engine>> {
-        // SAFETY: the vocabulary lives as long as `self.vocab`, which outlives the call.
-        self.engine
-            .get_or_init(|| unsafe { crate::grammar::engine::Engine::new(self.vocab.raw()) }.ok().map(Arc::new))
+        self.engine.get_or_init(|| crate::grammar::engine::Engine::new(&self.vocab).ok().map(Arc::new))
             .as_ref()
     }
 
     /// The running grammar for `spec` (see [`crate::grammar::Grammar::build`]).
     pub fn grammar(&self, spec: &GrammarSpec) -> Result<crate::grammar::Grammar> {
-        let token_id = |t: &str| self.vocab.single_token(t).map(|t| t as u32);
-        let not_utf8 = || self.vocab.not_utf8_tokens().to_vec();
-        // SAFETY: the vocab lives as long as the model, which `self.vocab` holds and the engine
-        // outlives every request's grammar with.
-        let (g, stats) =
-            unsafe { crate::grammar::Grammar::build(self.vocab.raw(), spec, self.engine(), &token_id, &not_utf8)? };
+        let (g, stats) = crate::grammar::Grammar::build(&self.vocab, spec, self.engine())?;
         if crate::debug::enabled() {
             eprintln!("[llb] grammar build: {stats:?}");
         }
@@ -390,25 +383,8 @@ impl Prompter {
 /// pending system text, whether the history is still leading), so they read top to bottom.
 pub fn adapt_messages(messages: &[request::Message], system_role: bool) -> Vec<request::Message> {
     use request::{Content, Message};
-    let short_id = |id: &str| -> String {
-        let mut h: u64 = 0xcbf29ce484222325;
-        for b in id.bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
-        }
-        const ALPHA: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-        (0..9).map(|i| ALPHA[((h >> (i * 7)) % 62) as usize] as char).collect()
-    };
     let fits = |id: &str| id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric());
     let text = |m: &Message| m.content.as_ref().map(|c| c.text()).unwrap_or_default();
-    let plain = |role: Role, t: String| Message {
-        role,
-        content: Some(Content::Text(t)),
-        name: None,
-        tool_calls: None,
-        tool_call_id: None,
-        reasoning_content: None,
-        refusal: None,
-    };
     let mut out: Vec<Message> = Vec::new();
     let mut pending: Vec<String> = Vec::new();
     let mut leading = true;
@@ -457,6 +433,29 @@ pub fn adapt_messages(messages: &[request::Message], system_role: bool) -> Vec<r
         out.push(plain(Role::User, pending.join("\n\n")));
     }
     out
+}
+
+/// A tool-call id Mistral's templates accept (9 alphanumerics), the same for the same `id`.
+fn short_id(id: &str) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in id.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    const ALPHA: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    (0..9).map(|i| ALPHA[((h >> (i * 7)) % 62) as usize] as char).collect()
+}
+
+/// A message of `role` with text `t` and nothing else.
+fn plain(role: Role, t: String) -> request::Message {
+    request::Message {
+        role,
+        content: Some(request::Content::Text(t)),
+        name: None,
+        tool_calls: None,
+        tool_call_id: None,
+        reasoning_content: None,
+        refusal: None,
+    }
 }
 
 #[cfg(test)]

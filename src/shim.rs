@@ -419,6 +419,113 @@ impl Drop for Templates {
     }
 }
 
+/// llama.cpp's grammar sampler for the GBNF text `gbnf` (lazy with its trigger patterns and
+/// tokens, or strict). A grammar llama.cpp
+/// cannot parse, or one holding a NUL, comes from the request: `invalid_argument`.
+///
+/// # Safety
+/// `vocab` must be valid for the sampler's lifetime.
+pub unsafe fn grammar_sampler(
+    vocab: *const sys::llama_vocab,
+    gbnf: &str,
+    lazy: bool,
+    patterns: &[String],
+    tokens: &[sys::llama_token],
+) -> Result<*mut sys::llama_sampler> {
+    let gbnf = CString::new(gbnf).map_err(|_| {
+        // Only a request's schema (a `pattern` with a raw NUL) can put one there.
+        Error::new(
+            ErrorCode::InvalidArgument,
+            "the request's tool schemas or response_format give a grammar holding a NUL character",
+        )
+    })?;
+    let pats: Vec<CString> = patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
+    let pat_ptrs: Vec<*const c_char> = pats.iter().map(|p| p.as_ptr()).collect();
+    let mut grammar = ptr::null_mut();
+    let mut err: *mut c_char = ptr::null_mut();
+    // SAFETY: every pointer outlives the call; `grammar` is a valid out-pointer.
+    let st = unsafe {
+        sys::llb_shim_grammar_new(
+            vocab,
+            gbnf.as_ptr(),
+            lazy as i32,
+            pat_ptrs.as_ptr() as *mut *const c_char,
+            pat_ptrs.len(),
+            tokens.as_ptr(),
+            tokens.len(),
+            &mut grammar,
+            &mut err,
+        )
+    };
+    if st == sys::LLB_SHIM_INVALID {
+        // The grammar comes from the request's tool schemas and response_format: one llama.cpp
+        // cannot parse is the request's to fix, not an internal error.
+        let e = check(st, err, "grammar").unwrap_err();
+        return Err(Error::new(
+            ErrorCode::InvalidArgument,
+            format!("the request's tool schemas or response_format give a grammar llama.cpp cannot parse: {}", e.message),
+        ));
+    }
+    check_llb(st, err, "building the grammar sampler")?;
+    Ok(grammar)
+}
+
+/// The text a grammar sampler forces next, at most `max_bytes` (see llb_shim_grammar_forced).
+///
+/// # Safety
+/// `sampler` must be a live grammar sampler made by [`grammar_sampler`].
+pub unsafe fn grammar_forced(sampler: *mut sys::llama_sampler, max_bytes: usize) -> Result<String> {
+    let mut text: *mut c_char = ptr::null_mut();
+    let mut err: *mut c_char = ptr::null_mut();
+    // SAFETY: per the contract; exceptions are caught by the shim.
+    let st = unsafe { sys::llb_shim_grammar_forced(sampler, max_bytes, &mut text, &mut err) };
+    check_llb(st, err, "forced grammar text")?;
+    // SAFETY: on success the shim returns a NUL-terminated malloc'd string, freed here once.
+    let out = unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned();
+    // SAFETY: `text` came from the shim and is not used after this.
+    unsafe { sys::llb_shim_string_free(text) };
+    Ok(out)
+}
+
+/// Compiled trigger patterns of a lazy grammar (llama.cpp's trigger semantics: a pattern
+/// matches at the end of the text so far, its first group marks where constrained text starts).
+pub struct TriggerPatterns {
+    raw: *mut sys::llb_shim_triggers,
+}
+
+// SAFETY: the compiled patterns are immutable after construction and only read by find.
+unsafe impl Send for TriggerPatterns {}
+
+impl TriggerPatterns {
+    pub fn new(patterns: &[String]) -> Result<TriggerPatterns> {
+        let cs: Vec<CString> = patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
+        let ptrs: Vec<*const c_char> = cs.iter().map(|c| c.as_ptr()).collect();
+        let mut out = ptr::null_mut();
+        let mut err = ptr::null_mut();
+        // SAFETY: every pointer outlives the call; `out` is a valid out-pointer.
+        let st = unsafe { sys::llb_shim_triggers_new(ptrs.as_ptr() as *mut _, ptrs.len(), &mut out, &mut err) };
+        check(st, err, "the grammar's trigger patterns")?;
+        Ok(TriggerPatterns { raw: out })
+    }
+
+    /// Where the constrained text starts in `text`, when a pattern matches.
+    pub fn find(&self, text: &[u8]) -> Result<Option<usize>> {
+        let mut start = -1i64;
+        let mut err = ptr::null_mut();
+        // SAFETY: `raw` is live (freed in Drop); text is valid for its length.
+        let st = unsafe { sys::llb_shim_triggers_find(self.raw, text.as_ptr() as *const _, text.len(), &mut start, &mut err) };
+        check(st, err, "matching the grammar's trigger patterns")?;
+        Ok((start >= 0).then_some(start as usize))
+    }
+}
+
+impl Drop for TriggerPatterns {
+    fn drop(&mut self) {
+        // SAFETY: made by llb_shim_triggers_new, freed once here.
+        unsafe { sys::llb_shim_triggers_free(self.raw) };
+    }
+}
+
 /// Test switch (src/fault.rs): the next shim call on this thread throws a C++ exception inside
 /// the shim's guard.
 pub(crate) fn testing_throw_next() {

@@ -27,8 +27,7 @@ pub struct Vocab {
 impl Vocab {
     /// The vocabulary of `model`.
     pub fn new(model: Arc<Model>) -> Vocab {
-        // SAFETY: the vocabulary of a live model.
-        let n_tokens = unsafe { sys::llama_vocab_n_tokens(model.vocab()) };
+        let n_tokens = model.n_vocab() as i32;
         Vocab { model, n_tokens, pieces: OnceLock::new(), not_utf8: OnceLock::new() }
     }
 

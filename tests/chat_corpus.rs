@@ -58,6 +58,8 @@ pub fn engine_for(template: &str) -> CEngine {
     CEngine::open_model(&corpus_fixture(template, false))
 }
 
+// Over 60 lines: one pass over the corpus with its tally; the checks of a reply read in the order
+// a user would make them.
 #[test]
 fn required_and_named_yield_one_schema_conforming_call_on_every_tool_capable_template() {
     let templates = tool_capable_corpus();

@@ -183,6 +183,8 @@ fn the_duplicate_detecting_reader_finds_duplicates() {
 }
 
 /// What is wrong with one reply (None: nothing). `cut` counts replies ended by `max_tokens`.
+// Over 60 lines: one check per property of a reply, in the order they are reported; each returns
+// its own message.
 fn check_reply(c: &Case, r: &Value, chunks: &[Value]) -> Option<String> {
     if r["type"] == "error" {
         return Some(format!("error: {r}"));

@@ -19,6 +19,8 @@ fn snapshot(cache: &Path, repo: &str, commit: &str, file: &str) -> PathBuf {
     repo_dir(cache, repo).join("snapshots").join(commit).join(file)
 }
 
+// Over 60 lines: one scenario, step by step (pull, the files on disk, the refs, a second pull from
+// the cache).
 #[test]
 fn public_repo_downloads_through_the_cdn_redirect_into_the_hf_layout() {
     let id = "acme/Tool-Model-GGUF";
@@ -238,6 +240,7 @@ fn a_repo_with_one_gguf_takes_it_and_a_repo_without_fails() {
     assert_eq!(r.err().code, ErrorCode::NoGguf);
 }
 
+// Over 60 lines: one scenario, step by step (split, serve, pull, load).
 #[test]
 fn a_split_gguf_pulls_every_shard_side_by_side_and_llama_cpp_loads_it() {
     let id = "acme/split-GGUF";
@@ -648,6 +651,8 @@ fn offline_resolves_from_the_cache_only() {
     assert_eq!(r.warnings(), vec!["offline_fallback"]);
 }
 
+// Over 60 lines: one scenario, step by step: every output and cached file is searched for the
+// token.
 #[test]
 fn the_token_never_appears_in_outputs_or_the_cache() {
     let id = "meta/secret-GGUF";

@@ -108,6 +108,8 @@ fn message(r: &Value) -> Value {
     m
 }
 
+// Over 60 lines: one scenario, step by step (two servers, a local run, the split run, one server
+// killed).
 #[test]
 fn a_model_split_over_two_rpc_servers_matches_the_local_run_and_survives_losing_one() {
     if !cfg!(llb_rpc) {
@@ -210,6 +212,8 @@ const PEER_TIMEOUT_S: u64 = 4;
 /// answers) while a request streams: the request ends with `device_unavailable` within about
 /// `LLB_RPC_PEER_TIMEOUT` seconds (TCP keepalive and TCP_USER_TIMEOUT on ggml's sockets), and
 /// the pool reports the loss. Without them the request blocked forever.
+// Over 60 lines: one scenario, step by step (a proxy, a streaming request, the network cut, the
+// bounded end).
 #[test]
 fn a_server_whose_network_vanishes_ends_the_request_in_bounded_time() {
     const NAME: &str = "a_server_whose_network_vanishes_ends_the_request_in_bounded_time";

@@ -343,6 +343,7 @@ fn eight_engines_on_one_shared_model_run_mixed_tool_requests() {
 
 // ---- 3. two threads, one handle ----------------------------------------------------------------
 
+// Over 60 lines: one scenario, step by step: the two threads' order is the point of the test.
 #[test]
 fn two_threads_on_one_handle_one_runs_the_other_gets_busy() {
     let _g = serial();
@@ -461,6 +462,8 @@ fn events_uncancelled(chat: *mut llb::ffi::llb_chat, ctx: &CancelCtx, req: &Valu
     ctx.events.load(Ordering::SeqCst)
 }
 
+// Over 60 lines: one scenario, step by step (calibrate, cancel at random points, check the engine
+// after each).
 #[test]
 fn cancelling_from_the_callback_at_random_points_leaves_the_engine_usable() {
     let _g = serial();

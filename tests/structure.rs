@@ -1,4 +1,5 @@
-//! The crate's module structure (docs/STYLE.md §15): no module imports one that imports it back.
+//! The crate's structure: no module imports one that imports it back (docs/STYLE.md §15), and
+//! no function runs over 60 lines without a comment saying why (§17).
 //!
 //! Reads every module of the library (found from src/lib.rs by its `mod` declarations, so a new
 //! module is seen without listing it here), collects the paths each one names (`crate::x::..`,
@@ -423,18 +424,7 @@ fn no_module_imports_one_that_imports_it_back() {
     let src = PathBuf::from("src");
     let krate = load(&src.join("lib.rs"), &|p| std::fs::read_to_string(manifest.join(p)).ok());
     // Every .rs file under src/ is a module, but for the binary and what include! pulls in.
-    let mut files = Vec::new();
-    let mut dirs = vec![src.clone()];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(manifest.join(&d)).unwrap().map(Result::unwrap) {
-            let p = d.join(e.file_name());
-            if e.file_type().unwrap().is_dir() {
-                dirs.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                files.push(p);
-            }
-        }
-    }
+    let files = rs_files(&src);
     let seen: BTreeSet<&PathBuf> = krate.modules.values().map(|(f, _)| f).collect();
     let not_modules = [src.join("main.rs"), src.join("sys/bindings.rs")];
     let unseen: Vec<_> = files.iter().filter(|f| !seen.contains(f) && !not_modules.contains(f)).collect();
@@ -446,6 +436,125 @@ fn no_module_imports_one_that_imports_it_back() {
          module below both):\n{}",
         report.join("\n")
     );
+}
+
+/// The .rs files under `dir` (relative to the manifest, so reports name src/x.rs).
+fn rs_files(dir: &Path) -> Vec<PathBuf> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(manifest.join(&d)).unwrap().map(Result::unwrap) {
+            let p = d.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A function longer than this many lines needs a `// Over 60 lines: <why>` comment above it.
+const LONG_FN: usize = 60;
+
+/// Every function of `src` longer than [`LONG_FN`] lines whose comments above it do not say why:
+/// its name, first line and length in lines.
+fn long_functions(src: &str) -> Vec<(String, usize, usize)> {
+    let toks = lex(src);
+    let lines: Vec<&str> = src.lines().collect();
+    let mut out = Vec::new();
+    for (i, (t, line)) in toks.iter().enumerate() {
+        let Some(name) = (*t == Tok::Ident("fn".into())).then(|| ident(toks.get(i + 1))).flatten() else {
+            continue;
+        };
+        let Some(end) = body_end(&toks, i + 2) else { continue };
+        let len = end - line + 1;
+        if len > LONG_FN && !says_why(&lines, *line) {
+            out.push((name.to_string(), *line, len));
+        }
+    }
+    out
+}
+
+/// The line of the `}` that closes the body of the function whose signature goes on from token
+/// `i`; None for a declaration without a body (`fn f(&self);`).
+fn body_end(toks: &[(Tok, usize)], mut i: usize) -> Option<usize> {
+    // Parentheses and brackets of the signature: a `;` inside them (`[u8; 4]`) ends nothing.
+    let mut nest = 0;
+    loop {
+        match toks.get(i)?.0 {
+            Tok::Punct('(' | '[') => nest += 1,
+            Tok::Punct(')' | ']') => nest -= 1,
+            Tok::Punct(';') if nest == 0 => return None,
+            Tok::Punct('{') if nest == 0 => break,
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut depth = 0;
+    for (t, line) in &toks[i..] {
+        match t {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') if depth == 1 => return Some(*line),
+            Tok::Punct('}') => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether the comment and attribute lines right above line `line` (1-based) give the reason.
+fn says_why(lines: &[&str], line: usize) -> bool {
+    lines[..line - 1]
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .take_while(|l| l.starts_with("//") || l.starts_with("#["))
+        .any(|l| l.starts_with("// Over 60 lines:"))
+}
+
+#[test]
+fn long_functions_say_why() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let generated = Path::new("src/sys/bindings.rs");
+    let mut report = Vec::new();
+    for dir in ["src", "tests", "examples", "fuzz/src", "fuzz/fuzz_targets"] {
+        if !manifest.join(dir).is_dir() {
+            continue;
+        }
+        for file in rs_files(Path::new(dir)).into_iter().filter(|f| f != generated) {
+            let text = std::fs::read_to_string(manifest.join(&file)).unwrap();
+            for (name, line, len) in long_functions(&text) {
+                report.push(format!("  {}:{line} fn {name}: {len} lines", file.display()));
+            }
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "functions over {LONG_FN} lines without a `// Over 60 lines: <why>` comment above them (docs/STYLE.md \
+         §17; split them, or say why they stay whole):\n{}",
+        report.join("\n")
+    );
+}
+
+#[test]
+fn the_long_function_check_counts_lines_and_reads_the_comment() {
+    // A function of `n` lines whose body holds braces in char literals and strings.
+    let f = |n: usize| {
+        let body: String = (0..n - 2).map(|i| format!("    let _x{i} = ('}}', \"{{\");\n")).collect();
+        format!("fn f() {{\n{body}}}\n")
+    };
+    assert!(long_functions(&f(60)).is_empty());
+    assert_eq!(long_functions(&f(61)), vec![("f".to_string(), 1, 61)]);
+    let said = format!("/// Doc.\n// Over 60 lines: one table.\n#[inline]\n{}", f(61));
+    assert!(long_functions(&said).is_empty());
+    let elsewhere = format!("// Over 60 lines: said of another.\nfn g() {{}}\n\n{}", f(61));
+    assert_eq!(long_functions(&elsewhere), vec![("f".to_string(), 4, 61)]);
+    let decl = format!("trait T {{ fn t(&self, x: [u8; 4]); }}\nfn g(h: fn(u8) -> u8) {{}}\n{}", f(30));
+    assert!(long_functions(&decl).is_empty());
 }
 
 /// Prints which module uses which (`cargo test --release --test structure -- --ignored

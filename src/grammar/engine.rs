@@ -72,18 +72,12 @@ pub struct BuildStats {
 
 impl Engine {
     /// Builds the engine for `vocab`.
-    ///
-    /// # Safety
-    /// `vocab` must be a valid llama vocabulary for the duration of the call.
-    pub unsafe fn new(vocab: *const sys::llama_vocab) -> Result<Engine> {
-        // SAFETY: per the contract.
-        let n = unsafe { sys::llama_vocab_n_tokens(vocab) }.max(0) as usize;
+    pub fn new(vocab: &crate::tokens::Vocab) -> Result<Engine> {
+        let n = vocab.n_tokens().max(0) as usize;
         let mut words = Vec::with_capacity(n);
         let mut eog = Vec::new();
         for id in 0..n as i32 {
-            // SAFETY: per the contract; id is in range.
-            let (is_eog, piece) =
-                unsafe { (sys::llama_vocab_is_eog(vocab, id), crate::tokens::piece(vocab, id, true)) };
+            let (is_eog, piece) = (vocab.is_eog(id), vocab.piece(id, true));
             if is_eog || piece.is_empty() || piece[0] == 0 {
                 // Never text: end-of-generation tokens are allowed where the grammar may end,
                 // and llama.cpp's grammar refuses empty pieces and pieces starting with NUL.
@@ -172,40 +166,18 @@ fn internal(what: &str, e: impl std::fmt::Display) -> Error {
 
 /// A lazy grammar's wake-up: trigger patterns (llama.cpp's semantics, in the shim) and tokens.
 pub struct Triggers {
-    patterns: *mut sys::llb_shim_triggers,
+    patterns: crate::shim::TriggerPatterns,
     tokens: Vec<sys::llama_token>,
 }
 
 impl Triggers {
     pub fn new(patterns: &[String], tokens: &[sys::llama_token]) -> Result<Triggers> {
-        let cs: Vec<std::ffi::CString> =
-            patterns.iter().map(|p| std::ffi::CString::new(p.as_str()).unwrap_or_default()).collect();
-        let ptrs: Vec<*const std::os::raw::c_char> = cs.iter().map(|c| c.as_ptr()).collect();
-        let mut out = std::ptr::null_mut();
-        let mut err = std::ptr::null_mut();
-        // SAFETY: every pointer outlives the call; `out` is a valid out-pointer.
-        let st = unsafe { sys::llb_shim_triggers_new(ptrs.as_ptr() as *mut _, ptrs.len(), &mut out, &mut err) };
-        crate::shim::check(st, err, "the grammar's trigger patterns")?;
-        Ok(Triggers { patterns: out, tokens: tokens.to_vec() })
+        Ok(Triggers { patterns: crate::shim::TriggerPatterns::new(patterns)?, tokens: tokens.to_vec() })
     }
 
     /// Where the constrained text starts in `text`, when a pattern matches.
     fn find(&self, text: &[u8]) -> Result<Option<usize>> {
-        let mut start = -1i64;
-        let mut err = std::ptr::null_mut();
-        // SAFETY: `patterns` is live (freed in Drop); text is valid for its length.
-        let st = unsafe {
-            sys::llb_shim_triggers_find(self.patterns, text.as_ptr() as *const _, text.len(), &mut start, &mut err)
-        };
-        crate::shim::check(st, err, "matching the grammar's trigger patterns")?;
-        Ok((start >= 0).then_some(start as usize))
-    }
-}
-
-impl Drop for Triggers {
-    fn drop(&mut self) {
-        // SAFETY: made by llb_shim_triggers_new, freed once here.
-        unsafe { sys::llb_shim_triggers_free(self.patterns) };
+        self.patterns.find(text)
     }
 }
 
@@ -223,9 +195,6 @@ pub struct Constraint {
     mask: Option<SimpleVob>,
 }
 
-// SAFETY: a constraint belongs to one request, used by one thread at a time; the trigger
-// handle is only touched through &mut self.
-unsafe impl Send for Constraint {}
 
 impl Constraint {
     pub fn new(engine: Arc<Engine>, matcher: Matcher, triggers: Option<Triggers>) -> Constraint {

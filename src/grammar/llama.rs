@@ -4,17 +4,16 @@
 //! character. Every call goes through the shim, which catches llama.cpp's exceptions.
 
 use super::gbnf::GrammarSpec;
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::Result;
 use crate::sys;
-use std::ffi::{CStr, CString};
-use std::os::raw::c_char;
+use crate::tokens::Vocab;
 use std::ptr;
+use std::sync::Arc;
 
 pub struct LlamaGrammar {
     /// Null once dropped after a failure (see [`LlamaGrammar::accept`]).
     sampler: *mut sys::llama_sampler,
-    /// The vocabulary (valid for the grammar's lifetime: `new`'s contract).
-    vocab: *const sys::llama_vocab,
+    vocab: Arc<Vocab>,
     /// Tokens invalid wherever they stand (sorted).
     never: Vec<sys::llama_token>,
     /// The first bytes of a character the output has not finished.
@@ -25,17 +24,17 @@ pub struct LlamaGrammar {
 unsafe impl Send for LlamaGrammar {}
 
 impl LlamaGrammar {
-    /// # Safety
-    /// `vocab` must be valid for the grammar's lifetime. `not_utf8`: sorted.
-    pub unsafe fn new(vocab: *const sys::llama_vocab, g: &GrammarSpec, not_utf8: Vec<sys::llama_token>) -> Result<Self> {
-        // SAFETY: per the contract.
-        let sampler = unsafe { grammar_sampler(vocab, g)? };
-        Ok(LlamaGrammar { sampler, vocab, never: not_utf8, pending: Vec::new() })
+    pub fn new(vocab: Arc<Vocab>, g: &GrammarSpec) -> Result<Self> {
+        // SAFETY: the vocabulary is valid while `vocab` lives; the grammar holds it.
+        let sampler = unsafe {
+            crate::shim::grammar_sampler(vocab.raw(), &g.gbnf, g.lazy, &g.trigger_patterns, &g.trigger_tokens)?
+        };
+        let never = vocab.not_utf8_tokens().to_vec();
+        Ok(LlamaGrammar { sampler, vocab, never, pending: Vec::new() })
     }
 
     fn piece(&self, id: sys::llama_token) -> Vec<u8> {
-        // SAFETY: the vocab outlives the grammar (new's contract).
-        unsafe { crate::tokens::piece(self.vocab, id, false) }
+        self.vocab.piece(id, false)
     }
 
     fn utf8_allows(&self, id: sys::llama_token) -> bool {
@@ -84,16 +83,8 @@ impl LlamaGrammar {
         if self.sampler.is_null() {
             return Ok(String::new());
         }
-        let mut text: *mut c_char = ptr::null_mut();
-        let mut err: *mut c_char = ptr::null_mut();
-        // SAFETY: live grammar sampler made by llb_shim_grammar_new; exceptions caught by the shim.
-        let st = unsafe { sys::llb_shim_grammar_forced(self.sampler, max_bytes, &mut text, &mut err) };
-        crate::shim::check_llb(st, err, "forced grammar text")?;
-        // SAFETY: on success the shim returns a NUL-terminated malloc'd string, freed here once.
-        let out = unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned();
-        // SAFETY: `text` came from the shim and is not used after this.
-        unsafe { sys::llb_shim_string_free(text) };
-        Ok(out)
+        // SAFETY: a live grammar sampler made by shim::grammar_sampler.
+        unsafe { crate::shim::grammar_forced(self.sampler, max_bytes) }
     }
 
     /// Advances only the grammar (past text that is already in the prompt).
@@ -132,46 +123,3 @@ impl Drop for LlamaGrammar {
     }
 }
 
-/// llama.cpp's grammar sampler for `g` (lazy with its triggers, or strict). A grammar llama.cpp
-/// cannot parse, or one holding a NUL, comes from the request: `invalid_argument`.
-///
-/// # Safety
-/// `vocab` must be valid for the sampler's lifetime.
-unsafe fn grammar_sampler(vocab: *const sys::llama_vocab, g: &GrammarSpec) -> Result<*mut sys::llama_sampler> {
-    let gbnf = CString::new(g.gbnf.as_str()).map_err(|_| {
-        // Only a request's schema (a `pattern` with a raw NUL) can put one there.
-        Error::new(
-            ErrorCode::InvalidArgument,
-            "the request's tool schemas or response_format give a grammar holding a NUL character",
-        )
-    })?;
-    let pats: Vec<CString> = g.trigger_patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
-    let pat_ptrs: Vec<*const c_char> = pats.iter().map(|p| p.as_ptr()).collect();
-    let mut grammar = ptr::null_mut();
-    let mut err: *mut c_char = ptr::null_mut();
-    // SAFETY: every pointer outlives the call; `grammar` is a valid out-pointer.
-    let st = unsafe {
-        sys::llb_shim_grammar_new(
-            vocab,
-            gbnf.as_ptr(),
-            g.lazy as i32,
-            pat_ptrs.as_ptr() as *mut *const c_char,
-            pat_ptrs.len(),
-            g.trigger_tokens.as_ptr(),
-            g.trigger_tokens.len(),
-            &mut grammar,
-            &mut err,
-        )
-    };
-    if st == sys::LLB_SHIM_INVALID {
-        // The grammar comes from the request's tool schemas and response_format: one llama.cpp
-        // cannot parse is the request's to fix, not an internal error.
-        let e = crate::shim::check(st, err, "grammar").unwrap_err();
-        return Err(Error::new(
-            ErrorCode::InvalidArgument,
-            format!("the request's tool schemas or response_format give a grammar llama.cpp cannot parse: {}", e.message),
-        ));
-    }
-    crate::shim::check_llb(st, err, "building the grammar sampler")?;
-    Ok(grammar)
-}

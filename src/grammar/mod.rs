@@ -21,6 +21,7 @@ pub mod strict;
 
 use crate::error::{ErrorCode, Result};
 use crate::sys;
+use crate::tokens::Vocab;
 use engine::{BuildStats, Constraint, Engine, Triggers};
 pub use gbnf::GrammarSpec;
 use std::sync::Arc;
@@ -43,18 +44,10 @@ fn engine_enabled() -> bool {
 impl Grammar {
     /// The running grammar for `spec`: on the engine when it takes the grammar, else on
     /// llama.cpp's sampler (which reports a grammar that does not parse as `invalid_argument`).
-    ///
-    /// # Safety
-    /// `vocab` must be valid for the grammar's lifetime.
-    pub unsafe fn build(
-        vocab: *const sys::llama_vocab,
-        spec: &GrammarSpec,
-        engine: Option<&Arc<Engine>>,
-        token_id: &dyn Fn(&str) -> Option<u32>,
-        not_utf8: &dyn Fn() -> Vec<sys::llama_token>,
-    ) -> Result<(Grammar, Option<BuildStats>)> {
+    pub fn build(vocab: &Arc<Vocab>, spec: &GrammarSpec, engine: Option<&Arc<Engine>>) -> Result<(Grammar, Option<BuildStats>)> {
+        let token_id = |t: &str| vocab.single_token(t).map(|t| t as u32);
         if let Some(engine) = engine.filter(|_| engine_enabled()) {
-            match engine.compile(&spec.gbnf, token_id) {
+            match engine.compile(&spec.gbnf, &token_id) {
                 Ok((matcher, stats)) => {
                     let triggers = if spec.lazy {
                         Some(Triggers::new(&spec.trigger_patterns, &spec.trigger_tokens)?)
@@ -71,8 +64,7 @@ impl Grammar {
                 Err(e) => return Err(e),
             }
         }
-        // SAFETY: per the contract.
-        let g = unsafe { llama::LlamaGrammar::new(vocab, spec, not_utf8())? };
+        let g = llama::LlamaGrammar::new(vocab.clone(), spec)?;
         Ok((Grammar::Llama(g), None))
     }
 

@@ -269,6 +269,38 @@ fn rewrite_numbers(schema: &mut Value, table: &mut Vec<(String, String)>) -> std
         }
         return Ok(());
     };
+    rewrite_subschemas(obj, table)?;
+    if let Some(Value::String(pat)) = obj.get_mut("pattern") {
+        *pat = expand_class_escapes(pat);
+    }
+    if obj.contains_key("enum") || obj.contains_key("const") || !has_bounds(schema) {
+        return Ok(());
+    }
+    match schema.get("type").cloned() {
+        Some(Value::String(t)) if t == "number" || t == "integer" => {
+            *schema = placeholder(table, numeric_expr(schema, &t)?);
+        }
+        Some(Value::Array(types)) if types.iter().any(|t| t == "number" || t == "integer") => {
+            let mut alts = Vec::new();
+            for t in &types {
+                let t = t.as_str().unwrap_or_default();
+                if t == "number" || t == "integer" {
+                    alts.push(placeholder(table, numeric_expr(schema, t)?));
+                } else {
+                    let mut other = schema.clone();
+                    other["type"] = Value::String(t.to_string());
+                    alts.push(other);
+                }
+            }
+            *schema = serde_json::json!({"anyOf": alts});
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// [`rewrite_numbers`] on every schema nested in `obj` (properties, items, alternatives, ...).
+fn rewrite_subschemas(obj: &mut serde_json::Map<String, Value>, table: &mut Vec<(String, String)>) -> std::result::Result<(), String> {
     for (k, v) in obj.iter_mut() {
         match k.as_str() {
             "properties" | "$defs" | "definitions" | "patternProperties" => {
@@ -284,44 +316,21 @@ fn rewrite_numbers(schema: &mut Value, table: &mut Vec<(String, String)>) -> std
             _ => {}
         }
     }
-    if let Some(Value::String(pat)) = obj.get_mut("pattern") {
-        *pat = expand_class_escapes(pat);
-    }
-    if obj.contains_key("enum") || obj.contains_key("const") || !has_bounds(schema) {
-        return Ok(());
-    }
-    let mut placeholder = |expr: String| -> Value {
-        let id = match table.iter().find(|(e, _)| *e == expr) {
-            Some((_, id)) => id.clone(),
-            None => {
-                let id = format!("llb-num-{}", table.len());
-                table.push((expr, id.clone()));
-                id
-            }
-        };
-        serde_json::json!({"const": id})
-    };
-    match schema.get("type").cloned() {
-        Some(Value::String(t)) if t == "number" || t == "integer" => {
-            *schema = placeholder(numeric_expr(schema, &t)?);
-        }
-        Some(Value::Array(types)) if types.iter().any(|t| t == "number" || t == "integer") => {
-            let mut alts = Vec::new();
-            for t in &types {
-                let t = t.as_str().unwrap_or_default();
-                if t == "number" || t == "integer" {
-                    alts.push(placeholder(numeric_expr(schema, t)?));
-                } else {
-                    let mut other = schema.clone();
-                    other["type"] = Value::String(t.to_string());
-                    alts.push(other);
-                }
-            }
-            *schema = serde_json::json!({"anyOf": alts});
-        }
-        _ => {}
-    }
     Ok(())
+}
+
+/// The placeholder constant standing for the range expression `expr`: one per distinct
+/// expression, recorded in `table`.
+fn placeholder(table: &mut Vec<(String, String)>, expr: String) -> Value {
+    let id = match table.iter().find(|(e, _)| *e == expr) {
+        Some((_, id)) => id.clone(),
+        None => {
+            let id = format!("llb-num-{}", table.len());
+            table.push((expr, id.clone()));
+            id
+        }
+    };
+    serde_json::json!({"const": id})
 }
 
 /// Rejects what llama.cpp's schema converter cannot compile, before any template sees it: a

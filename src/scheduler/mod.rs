@@ -319,14 +319,9 @@ unsafe impl Send for Worker {}
 impl Worker {
     fn new(shared: Arc<Shared>, model: &Model, ctx: Context, pool: Option<ComputePool>) -> Worker {
         let n_batch = shared.config.n_batch.max(1) as i32;
-        // SAFETY: a live context and vocabulary; the batch is freed in Drop.
-        let (mem, batch, n_vocab) = unsafe {
-            (
-                sys::llama_get_memory(ctx.0),
-                sys::llama_batch_init(n_batch, 0, 1),
-                sys::llama_vocab_n_tokens(model.vocab()) as usize,
-            )
-        };
+        // SAFETY: a live context; the batch is freed in Drop.
+        let (mem, batch) = unsafe { (sys::llama_get_memory(ctx.0), sys::llama_batch_init(n_batch, 0, 1)) };
+        let n_vocab = model.n_vocab();
         let tuner = shared.config.adaptive_threads.then(|| Tuner::new(shared.config.n_threads));
         Worker {
             shared,

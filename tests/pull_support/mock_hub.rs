@@ -365,6 +365,7 @@ impl Drop for MockHub {
     }
 }
 
+// Over 60 lines: the mock hub's routing table, one branch per endpoint and fault.
 fn serve(conn: TcpStream, is_cdn: bool, state: &Arc<Mutex<State>>, endpoint: &str, cdn_url: &str) -> io::Result<()> {
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
@@ -481,6 +482,8 @@ fn serve(conn: TcpStream, is_cdn: bool, state: &Arc<Mutex<State>>, endpoint: &st
     Ok(())
 }
 
+// Over 60 lines: one body sender with its three faults (corrupt, slow, cut) inline, next to the
+// fast sendfile path they bypass.
 fn send_file(
     out: &mut TcpStream,
     body: &Body,

@@ -58,6 +58,7 @@ fn pad(out: &mut Vec<u8>, align: usize) {
 }
 
 /// Splits `src` into `n` shards named `{prefix}-0000i-of-0000n.gguf`; returns (name, bytes).
+// Over 60 lines: reads and writes the GGUF layout field by field, in file order.
 pub fn split_gguf(src: &Path, n: usize, prefix: &str) -> Vec<(String, Vec<u8>)> {
     const ALIGN: usize = 32; // general.alignment of llb's fixtures
     let b = std::fs::read(src).unwrap();

@@ -40,6 +40,7 @@ fn user(text: &str) -> Value {
     json!([{"role": "user", "content": text}])
 }
 
+// Over 60 lines: a list of seed requests, one per case.
 fn infer_seeds() {
     let d = out_dir("infer_request");
     let call = json!({"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\",\"days\":3}"}});
@@ -292,6 +293,7 @@ fn http_get(endpoint: &str, path: &str) -> String {
     body.to_string()
 }
 
+// Over 60 lines: a list of seed listings, one per case.
 fn listing_seeds() {
     let d = out_dir("pull_listing");
     let hub = MockHub::start();
