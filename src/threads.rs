@@ -134,8 +134,11 @@ const PROBE_DEBT: f64 = 20.0;
 /// A probed count must be this much faster than the current one to take its place.
 const SWITCH_GAIN: f64 = 0.9;
 /// A window median this factor away from the baseline means the machine changed: probe soon.
-/// A probe step this factor slower than the bar has lost.
 const SHIFT: f64 = 1.5;
+/// A probe step this factor slower than the bar ends its probe: it has as good as lost (a win
+/// needs a median under 0.9× the bar). On an idle 2-core machine one thread's steps are about
+/// 1.45× two threads', so an idle probe costs one step, not three.
+const GIVE_UP: f64 = 1.25;
 
 /// Chooses how many compute threads a context's decodes use, from the step times it measures.
 ///
@@ -286,7 +289,7 @@ impl Tuner {
                 times.push(secs);
                 // A step far slower than the bar ends the probe at once: losing needs no median
                 // (a lost probe only waits longer for the next), winning does.
-                let lost = s.bar().is_some_and(|b| secs > b * SHIFT);
+                let lost = s.bar().is_some_and(|b| secs > b * GIVE_UP);
                 if times.len() < PROBE_STEPS && !lost {
                     s.probe = Some((p, times));
                 } else {
@@ -333,6 +336,16 @@ mod tests {
         let counts = run(&mut t, 2000, idle);
         assert!(share(&counts, 2) > 0.99, "probes cost under 1% of the steps");
         assert!(counts[1000..].iter().filter(|c| **c == 1).count() <= 5, "one probe in 256 steps once settled");
+    }
+
+    #[test]
+    fn an_idle_probe_at_a_clearly_slower_count_costs_one_step() {
+        // SmolLM2-135M on an idle 2-core machine: one thread's steps take 1.45× two threads'.
+        let mut t = Tuner::new(2);
+        let counts = run(&mut t, 600, |n| if n == 2 { 0.0103 } else { 0.0149 });
+        let probes = counts.windows(2).filter(|w| w[0] == 2 && w[1] == 1).count();
+        assert!(probes >= 4, "it keeps looking ({probes} probes)");
+        assert_eq!(counts.iter().filter(|c| **c == 1).count(), probes, "one step per probe");
     }
 
     #[test]
