@@ -419,6 +419,30 @@ impl Drop for Templates {
     }
 }
 
+/// Trigger patterns as a C array of strings, owned for the length of a shim call. The patterns
+/// come from llama.cpp's own templates; one holding a NUL becomes empty.
+struct CStrings {
+    _owned: Vec<CString>,
+    ptrs: Vec<*const c_char>,
+}
+
+impl CStrings {
+    fn new(strings: &[String]) -> CStrings {
+        let owned: Vec<CString> = strings.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
+        let ptrs = owned.iter().map(|c| c.as_ptr()).collect();
+        CStrings { _owned: owned, ptrs }
+    }
+
+    /// Valid while `self` lives (the shim reads the strings, never writes them).
+    fn as_ptr(&self) -> *mut *const c_char {
+        self.ptrs.as_ptr() as *mut *const c_char
+    }
+
+    fn len(&self) -> usize {
+        self.ptrs.len()
+    }
+}
+
 /// llama.cpp's grammar sampler for the GBNF text `gbnf` (lazy with its trigger patterns and
 /// tokens, or strict). A grammar llama.cpp
 /// cannot parse, or one holding a NUL, comes from the request: `invalid_argument`.
@@ -439,8 +463,7 @@ pub unsafe fn grammar_sampler(
             "the request's tool schemas or response_format give a grammar holding a NUL character",
         )
     })?;
-    let pats: Vec<CString> = patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
-    let pat_ptrs: Vec<*const c_char> = pats.iter().map(|p| p.as_ptr()).collect();
+    let pats = CStrings::new(patterns);
     let mut grammar = ptr::null_mut();
     let mut err: *mut c_char = ptr::null_mut();
     // SAFETY: every pointer outlives the call; `grammar` is a valid out-pointer.
@@ -449,8 +472,8 @@ pub unsafe fn grammar_sampler(
             vocab,
             gbnf.as_ptr(),
             lazy as i32,
-            pat_ptrs.as_ptr() as *mut *const c_char,
-            pat_ptrs.len(),
+            pats.as_ptr(),
+            pats.len(),
             tokens.as_ptr(),
             tokens.len(),
             &mut grammar,
@@ -498,12 +521,11 @@ unsafe impl Send for TriggerPatterns {}
 
 impl TriggerPatterns {
     pub fn new(patterns: &[String]) -> Result<TriggerPatterns> {
-        let cs: Vec<CString> = patterns.iter().map(|p| CString::new(p.as_str()).unwrap_or_default()).collect();
-        let ptrs: Vec<*const c_char> = cs.iter().map(|c| c.as_ptr()).collect();
+        let pats = CStrings::new(patterns);
         let mut out = ptr::null_mut();
         let mut err = ptr::null_mut();
         // SAFETY: every pointer outlives the call; `out` is a valid out-pointer.
-        let st = unsafe { sys::llb_shim_triggers_new(ptrs.as_ptr() as *mut _, ptrs.len(), &mut out, &mut err) };
+        let st = unsafe { sys::llb_shim_triggers_new(pats.as_ptr(), pats.len(), &mut out, &mut err) };
         check(st, err, "the grammar's trigger patterns")?;
         Ok(TriggerPatterns { raw: out })
     }

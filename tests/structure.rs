@@ -467,9 +467,10 @@ fn long_functions(src: &str) -> Vec<(String, usize, usize)> {
     let lines: Vec<&str> = src.lines().collect();
     let mut out = Vec::new();
     for (i, (t, line)) in toks.iter().enumerate() {
-        let Some(name) = (*t == Tok::Ident("fn".into())).then(|| ident(toks.get(i + 1))).flatten() else {
+        let (Tok::Ident(k), Some(name)) = (t, ident(toks.get(i + 1))) else { continue };
+        if k != "fn" {
             continue;
-        };
+        }
         let Some(end) = body_end(&toks, i + 2) else { continue };
         let len = end - line + 1;
         if len > LONG_FN && !says_why(&lines, *line) {

@@ -13,9 +13,8 @@ use std::sync::Arc;
 pub struct LlamaGrammar {
     /// Null once dropped after a failure (see [`LlamaGrammar::accept`]).
     sampler: *mut sys::llama_sampler,
+    /// The vocabulary it was built for: pieces and the tokens never valid as UTF-8.
     vocab: Arc<Vocab>,
-    /// Tokens invalid wherever they stand (sorted).
-    never: Vec<sys::llama_token>,
     /// The first bytes of a character the output has not finished.
     pending: Vec<u8>,
 }
@@ -29,8 +28,7 @@ impl LlamaGrammar {
         let sampler = unsafe {
             crate::shim::grammar_sampler(vocab.raw(), &g.gbnf, g.lazy, &g.trigger_patterns, &g.trigger_tokens)?
         };
-        let never = vocab.not_utf8_tokens().to_vec();
-        Ok(LlamaGrammar { sampler, vocab, never, pending: Vec::new() })
+        Ok(LlamaGrammar { sampler, vocab, pending: Vec::new() })
     }
 
     fn piece(&self, id: sys::llama_token) -> Vec<u8> {
@@ -38,7 +36,7 @@ impl LlamaGrammar {
     }
 
     fn utf8_allows(&self, id: sys::llama_token) -> bool {
-        self.never.binary_search(&id).is_err()
+        self.vocab.not_utf8_tokens().binary_search(&id).is_err()
             && (self.pending.is_empty() || crate::utf8::continues(&self.pending, &self.piece(id)))
     }
 
