@@ -139,6 +139,27 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
     }
 
     /**
+     * Sets {@code reasoning_budget}: the default budget, in tokens, of a reasoning model's thinking
+     * for requests that give none (a request's own {@code reasoning_budget} wins). llb ends the
+     * thinking when the budget is spent and the model answers (docs/tool-calls.md).
+     *
+     * @param tokens -1 unlimited, 0 no thinking, or a token count
+     * @return a copy with it set
+     */
+    public ChatConfig withReasoningBudget(int tokens) {
+        return withOption("reasoning_budget", tokens);
+    }
+
+    /**
+     * The {@code reasoning_budget} set by {@link #withReasoningBudget} (or {@link #withOption}).
+     *
+     * @return the budget in tokens, or null for llb's default
+     */
+    public Integer reasoningBudget() {
+        return backendOptions.get("reasoning_budget") instanceof Number n ? n.intValue() : null;
+    }
+
+    /**
      * Sets {@code n_gpu_layers}.
      *
      * @param layers layers to offload to GPUs (-1: all; default: all when a GPU exists, else 0)

@@ -8,7 +8,9 @@ import java.util.List;
 /**
  * An error reported by llb: {@link #code()} is one of llb's stable error codes
  * ({@code docs/errors.md}: {@code invalid_json}, {@code invalid_argument}, {@code file_not_found},
- * {@code busy}, ...) and {@link #getMessage()} is llb's message, verbatim.
+ * {@code busy}, ...) and {@link #getMessage()} is llb's message, verbatim. Two codes have their
+ * own subtypes: {@link ToolsUnsupportedException} ({@code tools_unsupported}) and
+ * {@link QueueFullException} ({@code queue_full}, {@linkplain #isTransient() transient}).
  */
 public class LlbException extends RuntimeException {
     private static final long serialVersionUID = 1L;
@@ -43,6 +45,9 @@ public class LlbException extends RuntimeException {
             error.path("quarantined").forEach(p -> quarantined.add(Path.of(p.asText())));
             return new ToolsUnsupportedException(message, Json.booleanMap(error.path("caps")), quarantined, json);
         }
+        if (QueueFullException.CODE.equals(code)) {
+            return new QueueFullException(message, json);
+        }
         return new LlbException(code, message, json);
     }
 
@@ -53,6 +58,20 @@ public class LlbException extends RuntimeException {
      */
     public String code() {
         return code;
+    }
+
+    /**
+     * Whether the same call may succeed later without any change: llb's {@code queue_full} (a
+     * pool's running and waiting requests are at their bound; a {@link QueueFullException}) and
+     * {@code busy} (an engine is running another request). Every other code needs a change to the
+     * request, the model or the configuration first. The frameworks' models map this to their
+     * retryable exceptions (Spring AI's {@code TransientAiException}, LangChain4j's
+     * {@code RetriableException}).
+     *
+     * @return true for {@code queue_full} and {@code busy}
+     */
+    public boolean isTransient() {
+        return "queue_full".equals(code) || "busy".equals(code);
     }
 
     /**

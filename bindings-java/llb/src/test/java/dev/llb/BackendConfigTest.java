@@ -119,4 +119,16 @@ class BackendConfigTest {
         refused(c -> c.withThreadPoll(-1), "invalid_argument", "thread_poll");
         refused(c -> c.withOption("adaptive_threads", "yes"), "invalid_argument", "adaptive_threads");
     }
+
+    @Test
+    void theReasoningBudgetIsAConfigFieldLlbAccepts() {
+        ChatConfig config = Fixtures.config(tools).withReasoningBudget(256);
+        assertEquals(256, config.reasoningBudget());
+        assertEquals(256, Json.parse(config.toJson()).path("reasoning_budget").intValue(), config.toJson());
+        assertEquals(null, Fixtures.config(tools).reasoningBudget());
+        try (ChatPool pool = ChatPool.open(config, 1)) {
+            assertOneValidToolCall(message(pool.infer(Requests.toolRequired())));
+        }
+        refused(c -> c.withOption("reasoning_budget", "lots"), "invalid_argument", "reasoning_budget");
+    }
 }

@@ -5,6 +5,7 @@ import static dev.llb.Completions.assertOneValidToolCall;
 import static dev.llb.Completions.json;
 import static dev.llb.Completions.message;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -114,8 +115,13 @@ class ChatPoolTest {
                 await(release);
             }));
             assertTrue(streaming.await(TIMEOUT_S, TimeUnit.SECONDS));
-            LlbException e = assertThrows(LlbException.class, () -> pool.infer(Requests.toolRequired()));
+            long refusedIn = System.nanoTime();
+            QueueFullException e = assertThrows(QueueFullException.class, () -> pool.infer(Requests.toolRequired()));
+            refusedIn = System.nanoTime() - refusedIn;
             assertEquals("queue_full", e.code());
+            assertTrue(e.isTransient(), "queue_full is worth a retry");
+            assertTrue(refusedIn < 1_000_000_000L, "refused at once, not queued: " + refusedIn / 1e6 + " ms");
+            assertThrows(QueueFullException.class, () -> pool.stream(Requests.toolRequired(), c -> { }));
             release.countDown();
             first.get(TIMEOUT_S, TimeUnit.SECONDS);
             assertOneValidToolCall(message(pool.infer(Requests.toolRequired())));
@@ -144,6 +150,7 @@ class ChatPoolTest {
     void badPoolConfigsAreLlbErrors() {
         LlbException e = assertThrows(LlbException.class, () -> ChatPool.open(config(), 0));
         assertEquals("invalid_argument", e.code());
+        assertFalse(e.isTransient(), "a bad config needs a change, not a retry");
         assertTrue(e.getMessage().contains("n_parallel"), e.getMessage());
         assertThrows(ToolsUnsupportedException.class, () -> ChatPool.open(ChatConfig.of(Fixtures.plainModel(dir)), 2));
     }
