@@ -4,6 +4,9 @@ import dev.llb.CancellationToken;
 import dev.llb.ChatConfig;
 import dev.llb.ChatPool;
 import dev.llb.LlbException;
+import io.micrometer.observation.Observation;
+import io.micrometer.observation.ObservationRegistry;
+import io.micrometer.observation.contextpropagation.ObservationThreadLocalAccessor;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -14,6 +17,10 @@ import org.springframework.ai.chat.messages.Message;
 import org.springframework.ai.chat.model.ChatModel;
 import org.springframework.ai.chat.model.ChatResponse;
 import org.springframework.ai.chat.model.Generation;
+import org.springframework.ai.chat.observation.ChatModelObservationContext;
+import org.springframework.ai.chat.observation.ChatModelObservationConvention;
+import org.springframework.ai.chat.observation.ChatModelObservationDocumentation;
+import org.springframework.ai.chat.observation.DefaultChatModelObservationConvention;
 import org.springframework.ai.chat.prompt.ChatOptions;
 import org.springframework.ai.chat.prompt.Prompt;
 import org.springframework.ai.model.tool.ToolCallingChatOptions;
@@ -55,6 +62,30 @@ import reactor.core.scheduler.Schedulers;
  * model reports them), the reasoning text in the assistant message's {@code reasoningContent}
  * property.
  *
+ * <p><b>Observations</b>: with an {@link Builder#observationRegistry ObservationRegistry} every
+ * model call (each {@link #call} and each {@link #stream}, and each round of a tool loop the model
+ * runs itself) is one Spring AI {@code gen_ai.client.operation} observation
+ * ({@link ChatModelObservationDocumentation#CHAT_MODEL_OPERATION}, {@link ChatModelObservationContext},
+ * {@link DefaultChatModelObservationConvention} unless {@link Builder#observationConvention} gives
+ * another), as Spring AI's OpenAI and Ollama models record them: operation {@code chat}, provider
+ * {@code llb}, the request model (the {@link Builder#modelName model name} unless the options name
+ * one), temperature, max tokens and the other request options, finish reasons, response id and
+ * usage (input, output, total, cache-read tokens). Spring AI's {@code ChatModelMeterObservationHandler}
+ * turns them into {@code gen_ai.client.token.usage} meters, and Micrometer's timer handler into
+ * {@code gen_ai.client.operation} timers; a tracing handler makes them spans. A streamed call's
+ * observation ends when the stream does (completed, failed or cancelled) and carries the whole
+ * reply. The Boot auto-configuration passes the application's registry.
+ *
+ * <p><b>Structured output</b>: options with an {@link LlbChatOptions#getOutputSchema() output
+ * schema} send it as llb's {@code response_format}; llb's grammar holds the reply to it, so
+ * {@code ChatClient}'s {@code entity(...)} with {@code useProviderStructuredOutput()} (or
+ * {@code AdvisorParams.ENABLE_NATIVE_STRUCTURED_OUTPUT}) gets JSON that parses, with no format
+ * instructions in the prompt.
+ *
+ * <p><b>Memory</b>: one model runs on one pool for its life, so a conversation's next turn
+ * (Spring AI's {@code MessageChatMemoryAdvisor} resending the history) reuses the KV cache of the
+ * turn before: only the new messages are evaluated ({@code cacheReadInputTokens} in the usage).
+ *
  * <p><b>Errors</b>: llb's errors are Spring AI's {@code TransientAiException} ({@code busy},
  * {@code queue_full}) or {@code NonTransientAiException} (the others) whose cause is the
  * {@link LlbException} with llb's code ({@code docs/errors.md}).
@@ -67,6 +98,13 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
     private final Scheduler streamScheduler;
     private final String modelName;
     private final int maxToolRounds;
+    private final ObservationRegistry observationRegistry;
+    private final ChatModelObservationConvention observationConvention;
+
+    /** The provider name in observations ({@code gen_ai.provider.name}). */
+    public static final String PROVIDER = "llb";
+    private static final ChatModelObservationConvention DEFAULT_OBSERVATION_CONVENTION =
+            new DefaultChatModelObservationConvention();
 
     private LlbChatModel(Builder b, ChatPool pool, boolean ownsPool) {
         this.pool = pool;
@@ -76,6 +114,8 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         this.streamScheduler = b.streamScheduler != null ? b.streamScheduler : Schedulers.boundedElastic();
         this.modelName = b.modelName;
         this.maxToolRounds = b.maxToolRounds;
+        this.observationRegistry = b.observationRegistry != null ? b.observationRegistry : ObservationRegistry.NOOP;
+        this.observationConvention = b.observationConvention;
     }
 
     /**
@@ -112,7 +152,13 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         List<Message> messages = new ArrayList<>(prompt.getInstructions());
         for (int round = 0; ; round++) {
             String json = Mapping.request(messages, options, toolDefinitions(options));
-            ChatResponse response = Mapping.response(invoke(p -> p.infer(json)), modelName);
+            ChatModelObservationContext context = ChatModelObservationContext.builder()
+                    .prompt(new Prompt(messages, observed(options))).provider(PROVIDER).build();
+            ChatResponse response = observation(context).observe(() -> {
+                ChatResponse r = Mapping.response(invoke(p -> p.infer(json)), modelName);
+                context.setResponse(r);
+                return r;
+            });
             if (!Boolean.TRUE.equals(options.getInternalToolExecutionEnabled()) || !response.hasToolCalls()) {
                 return response;
             }
@@ -135,7 +181,18 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
 
     private Flux<ChatResponse> stream(List<Message> messages, LlbChatOptions options, int round) {
         String json = Mapping.request(messages, options, toolDefinitions(options));
-        Flux<ChatResponse> once = Flux.<ChatResponse>create(sink -> generate(json, sink)).subscribeOn(streamScheduler);
+        Flux<ChatResponse> once = Flux.deferContextual(view -> {
+            ChatModelObservationContext context = ChatModelObservationContext.builder()
+                    .prompt(new Prompt(messages, observed(options))).provider(PROVIDER).streaming(true).build();
+            Observation observation = observation(context);
+            Observation parent = view.getOrDefault(ObservationThreadLocalAccessor.KEY, null);
+            observation.parentObservation(parent);
+            observation.start();
+            return Flux.<ChatResponse>create(sink -> generate(json, sink, context)).subscribeOn(streamScheduler)
+                    .doOnError(observation::error)
+                    .doFinally(signal -> observation.stop())
+                    .contextWrite(c -> c.put(ObservationThreadLocalAccessor.KEY, observation));
+        });
         if (!Boolean.TRUE.equals(options.getInternalToolExecutionEnabled())) {
             return once;
         }
@@ -161,13 +218,17 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         }));
     }
 
-    /** Runs one streamed request on this thread, handing its deltas to {@code sink}. */
-    private void generate(String json, FluxSink<ChatResponse> sink) {
+    /**
+     * Runs one streamed request on this thread, handing its deltas to {@code sink}; the whole
+     * completion goes to the observation's context.
+     */
+    private void generate(String json, FluxSink<ChatResponse> sink, ChatModelObservationContext context) {
         CancellationToken cancel = new CancellationToken();
         sink.onDispose(cancel::cancel);
         Mapping.Chunks chunks = new Mapping.Chunks(modelName, sink::next);
         try {
             String completion = invoke(p -> p.stream(json, chunks::accept, cancel));
+            context.setResponse(Mapping.response(completion, modelName));
             if (!cancel.isCancelled()) {
                 chunks.finish(completion);
             }
@@ -175,6 +236,17 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         } catch (RuntimeException | Error e) {
             sink.error(e);
         }
+    }
+
+    /** One model call's {@code gen_ai.client.operation} observation (not started). */
+    private Observation observation(ChatModelObservationContext context) {
+        return ChatModelObservationDocumentation.CHAT_MODEL_OPERATION.observation(observationConvention,
+                DEFAULT_OBSERVATION_CONVENTION, () -> context, observationRegistry);
+    }
+
+    /** The options an observation reports: the request's, naming this model when they name none. */
+    private ChatOptions observed(LlbChatOptions options) {
+        return options.getModel() != null ? options : options.mutate().model(modelName).build();
     }
 
     private void checkRounds(int round) {
@@ -241,6 +313,8 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         private Scheduler streamScheduler;
         private String modelName;
         private int maxToolRounds = 16;
+        private ObservationRegistry observationRegistry;
+        private ChatModelObservationConvention observationConvention;
 
         private Builder() {}
 
@@ -375,6 +449,28 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
          */
         public Builder modelName(String name) {
             this.modelName = name;
+            return this;
+        }
+
+        /**
+         * Where the model's {@code gen_ai.client.operation} observations go (metrics, traces).
+         *
+         * @param registry default: {@link ObservationRegistry#NOOP} (none recorded)
+         * @return this builder
+         */
+        public Builder observationRegistry(ObservationRegistry registry) {
+            this.observationRegistry = registry;
+            return this;
+        }
+
+        /**
+         * The names and key values of the observations.
+         *
+         * @param convention default: Spring AI's {@link DefaultChatModelObservationConvention}
+         * @return this builder
+         */
+        public Builder observationConvention(ChatModelObservationConvention convention) {
+            this.observationConvention = convention;
             return this;
         }
 

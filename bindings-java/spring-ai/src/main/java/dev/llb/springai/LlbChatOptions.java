@@ -8,6 +8,7 @@ import java.util.Map;
 import java.util.Objects;
 import org.springframework.ai.chat.prompt.ChatOptions;
 import org.springframework.ai.model.tool.DefaultToolCallingChatOptions;
+import org.springframework.ai.model.tool.StructuredOutputChatOptions;
 import org.springframework.ai.model.tool.ToolCallingChatOptions;
 import org.springframework.ai.tool.ToolCallback;
 
@@ -15,7 +16,17 @@ import org.springframework.ai.tool.ToolCallback;
  * The request options of an {@link LlbChatModel}: Spring AI's portable ones (temperature, top_p,
  * top_k, max tokens, stop sequences, penalties, tool callbacks and tool context) and llb's
  * OpenAI-style fields: {@code seed}, {@code tool_choice}, {@code parallel_tool_calls},
- * {@code reasoning_effort}, and any other request field through {@link Builder#extraBody}.
+ * {@code reasoning_effort}, {@code reasoning_budget}, and any other request field through
+ * {@link Builder#extraBody}.
+ *
+ * <p><b>Structured output.</b> These options are Spring AI's {@link StructuredOutputChatOptions}: an
+ * {@link #getOutputSchema() output schema} (set by {@code ChatClient}'s
+ * {@code entity(..., spec -> spec.useProviderStructuredOutput())} or
+ * {@code AdvisorParams.ENABLE_NATIVE_STRUCTURED_OUTPUT}, or by hand) becomes llb's
+ * {@code response_format} {@code json_schema}, which llb's grammar enforces token by token: the
+ * reply is JSON that follows the schema, with no format instructions in the prompt. A schema with
+ * keywords llb does not enforce is refused with a {@code NonTransientAiException} naming the
+ * keyword, never sent unenforced.
  *
  * <p>As for Spring AI's OpenAI model at 2.0: the model sends the tool callbacks' definitions and
  * returns the tool calls it generated; {@code ChatClient}'s tool-calling advisor runs them and
@@ -33,12 +44,14 @@ import org.springframework.ai.tool.ToolCallback;
  *         .toolChoice("get_weather").toolChoiceAfterTools("auto").parallelToolCalls(false).build();
  * }</pre>
  */
-public class LlbChatOptions extends DefaultToolCallingChatOptions {
+public class LlbChatOptions extends DefaultToolCallingChatOptions implements StructuredOutputChatOptions {
     private final Long seed;
     private final String toolChoice;
     private final String toolChoiceAfterTools;
     private final Boolean parallelToolCalls;
     private final String reasoningEffort;
+    private final Integer reasoningBudget;
+    private final String outputSchema;
     private final Boolean internalToolExecutionEnabled;
     private final Map<String, Object> extraBody;
 
@@ -57,6 +70,8 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions {
         this.toolChoiceAfterTools = b.toolChoiceAfterTools;
         this.parallelToolCalls = b.parallelToolCalls;
         this.reasoningEffort = b.reasoningEffort;
+        this.reasoningBudget = b.reasoningBudget;
+        this.outputSchema = b.outputSchema;
         this.internalToolExecutionEnabled = b.internalToolExecutionEnabled;
         this.extraBody = b.extraBody == null ? null : Collections.unmodifiableMap(new LinkedHashMap<>(b.extraBody));
     }
@@ -88,6 +103,9 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions {
                     .temperature(options.getTemperature()).topK(options.getTopK()).topP(options.getTopP());
             if (options instanceof ToolCallingChatOptions tools) {
                 b.toolCallbacks(tools.getToolCallbacks()).toolContext(tools.getToolContext());
+            }
+            if (options instanceof StructuredOutputChatOptions structured) {
+                b.outputSchema(structured.getOutputSchema());
             }
         }
         return b.build();
@@ -139,6 +157,29 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions {
     }
 
     /**
+     * {@code reasoning_budget}: the tokens a reasoning model may think before llb ends the
+     * thinking and the model answers.
+     *
+     * @return -1 unlimited, 0 no thinking, a token count, or null (the engine's default, else
+     *     what {@code reasoning_effort} implies)
+     */
+    public Integer getReasoningBudget() {
+        return reasoningBudget;
+    }
+
+    /**
+     * The JSON schema the reply must follow, sent as llb's {@code response_format}
+     * ({@code {"type":"json_schema","json_schema":{"name":"response","schema":...,"strict":true}}})
+     * and enforced by llb's grammar.
+     *
+     * @return the schema as JSON text, or null (free text)
+     */
+    @Override
+    public String getOutputSchema() {
+        return outputSchema;
+    }
+
+    /**
      * Whether {@link LlbChatModel} runs the tool calls itself and calls the model again until it
      * answers (Spring AI 1.x's internal tool execution); null or false: it returns the tool calls,
      * and {@code ChatClient}'s tool-calling advisor runs them (Spring AI 2.0).
@@ -166,7 +207,8 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions {
                 .presencePenalty(getPresencePenalty()).stopSequences(getStopSequences()).temperature(getTemperature())
                 .topK(getTopK()).topP(getTopP()).toolCallbacks(getToolCallbacks()).toolContext(getToolContext());
         b.seed(seed).toolChoice(toolChoice).toolChoiceAfterTools(toolChoiceAfterTools).parallelToolCalls(parallelToolCalls)
-                .reasoningEffort(reasoningEffort).internalToolExecutionEnabled(internalToolExecutionEnabled).extraBody(extraBody);
+                .reasoningEffort(reasoningEffort).reasoningBudget(reasoningBudget).outputSchema(outputSchema)
+                .internalToolExecutionEnabled(internalToolExecutionEnabled).extraBody(extraBody);
         return b;
     }
 
@@ -180,6 +222,7 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions {
                 && Objects.equals(toolChoiceAfterTools, that.toolChoiceAfterTools)
                 && Objects.equals(parallelToolCalls, that.parallelToolCalls)
                 && Objects.equals(reasoningEffort, that.reasoningEffort)
+                && Objects.equals(reasoningBudget, that.reasoningBudget) && Objects.equals(outputSchema, that.outputSchema)
                 && Objects.equals(internalToolExecutionEnabled, that.internalToolExecutionEnabled)
                 && Objects.equals(extraBody, that.extraBody);
     }
@@ -187,7 +230,7 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions {
     @Override
     public int hashCode() {
         return Objects.hash(super.hashCode(), seed, toolChoice, toolChoiceAfterTools, parallelToolCalls, reasoningEffort,
-                internalToolExecutionEnabled, extraBody);
+                reasoningBudget, outputSchema, internalToolExecutionEnabled, extraBody);
     }
 
     @Override
@@ -195,6 +238,8 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions {
         return "LlbChatOptions[temperature=" + getTemperature() + ", topP=" + getTopP() + ", topK=" + getTopK()
                 + ", maxTokens=" + getMaxTokens() + ", seed=" + seed + ", toolChoice=" + toolChoice
                 + ", toolChoiceAfterTools=" + toolChoiceAfterTools + ", parallelToolCalls=" + parallelToolCalls
+                + ", reasoningEffort=" + reasoningEffort + ", reasoningBudget=" + reasoningBudget
+                + ", outputSchema=" + (outputSchema == null ? "none" : "set")
                 + ", tools=" + (getToolCallbacks() == null ? 0 : getToolCallbacks().size()) + "]";
     }
 
@@ -208,12 +253,15 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions {
      *
      * @param <B> the concrete builder
      */
-    public abstract static class AbstractBuilder<B extends AbstractBuilder<B>> extends DefaultToolCallingChatOptions.Builder<B> {
+    public abstract static class AbstractBuilder<B extends AbstractBuilder<B>> extends DefaultToolCallingChatOptions.Builder<B>
+            implements StructuredOutputChatOptions.Builder<B> {
         private Long seed;
         private String toolChoice;
         private String toolChoiceAfterTools;
         private Boolean parallelToolCalls;
         private String reasoningEffort;
+        private Integer reasoningBudget;
+        private String outputSchema;
         private Boolean internalToolExecutionEnabled;
         private Map<String, Object> extraBody;
 
@@ -273,6 +321,31 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions {
          */
         public B reasoningEffort(String effort) {
             this.reasoningEffort = effort;
+            return self();
+        }
+
+        /**
+         * Sets {@code reasoning_budget}.
+         *
+         * @param tokens -1 unlimited, 0 no thinking, or the most tokens the model may think
+         * @return this builder
+         */
+        public B reasoningBudget(Integer tokens) {
+            this.reasoningBudget = tokens;
+            return self();
+        }
+
+        /**
+         * Sets the JSON schema the reply must follow (llb's {@code response_format}, enforced by
+         * its grammar); {@code ChatClient} sets it for {@code entity(...)} with native structured
+         * output.
+         *
+         * @param outputSchema a JSON Schema as text, or null for free text
+         * @return this builder
+         */
+        @Override
+        public B outputSchema(String outputSchema) {
+            this.outputSchema = outputSchema;
             return self();
         }
 
@@ -340,6 +413,12 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions {
                 }
                 if (that.reasoningEffort != null) {
                     reasoningEffort = that.reasoningEffort;
+                }
+                if (that.reasoningBudget != null) {
+                    reasoningBudget = that.reasoningBudget;
+                }
+                if (that.outputSchema != null) {
+                    outputSchema = that.outputSchema;
                 }
                 if (that.internalToolExecutionEnabled != null) {
                     internalToolExecutionEnabled = that.internalToolExecutionEnabled;

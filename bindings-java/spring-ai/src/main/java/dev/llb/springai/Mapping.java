@@ -11,6 +11,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.function.Consumer;
 import org.springframework.ai.chat.messages.AssistantMessage;
@@ -64,6 +65,12 @@ final class Mapping {
         if (o.getReasoningEffort() != null) {
             body.put("reasoning_effort", o.getReasoningEffort());
         }
+        if (o.getReasoningBudget() != null) {
+            body.put("reasoning_budget", o.getReasoningBudget());
+        }
+        if (o.getOutputSchema() != null && !o.getOutputSchema().isBlank()) {
+            body.set("response_format", responseFormat(o.getOutputSchema()));
+        }
         boolean afterTools = !messages.isEmpty() && messages.get(messages.size() - 1) instanceof ToolResponseMessage;
         String choice = afterTools && o.getToolChoiceAfterTools() != null ? o.getToolChoiceAfterTools() : o.getToolChoice();
         if (!tools.isEmpty()) {
@@ -88,6 +95,102 @@ final class Mapping {
             o.getExtraBody().forEach((k, v) -> body.set(k, MAPPER.valueToTree(v)));
         }
         return body.toString();
+    }
+
+    /**
+     * Keywords llb's grammars do not enforce in any format (docs/tool-calls.md, "Keywords per
+     * format"): a schema holding one is refused rather than sent with the keyword silently ignored.
+     */
+    static final Set<String> UNENFORCED = Set.of("uniqueItems", "multipleOf", "minProperties", "maxProperties",
+            "propertyNames", "patternProperties", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+            "dependencies", "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems");
+    /** The {@code format}s llb's JSON grammars enforce; others are refused for the same reason. */
+    static final Set<String> FORMATS = Set.of("date", "time", "date-time", "uuid");
+    /**
+     * OpenAPI's numeric formats, which Spring AI's schema generator writes for Java's number
+     * types: {@code int32} becomes the range llb enforces (minimum and maximum of a Java int);
+     * {@code int64}, {@code float} and {@code double} are dropped, because every number llb's
+     * grammar admits (at most 15 digits) fits them.
+     */
+    static final Set<String> NUMERIC_FORMATS = Set.of("int32", "int64", "float", "double");
+
+    /**
+     * The output schema as llb's {@code response_format}:
+     * {@code {"type":"json_schema","json_schema":{"name":"response","schema":...,"strict":true}}}.
+     *
+     * @throws NonTransientAiException when the schema is not a JSON object, or holds a keyword llb
+     *     does not enforce (named with its place)
+     */
+    static ObjectNode responseFormat(String outputSchema) {
+        JsonNode schema;
+        try {
+            schema = MAPPER.readTree(outputSchema);
+        } catch (JsonProcessingException e) {
+            throw new NonTransientAiException("the output schema is not JSON: " + e.getOriginalMessage(), e);
+        }
+        if (schema == null || !schema.isObject()) {
+            throw new NonTransientAiException("the output schema must be a JSON Schema object, not " + outputSchema);
+        }
+        schema = schema.deepCopy();
+        checkEnforceable(schema, "$");
+        ObjectNode format = MAPPER.createObjectNode().put("type", "json_schema");
+        format.putObject("json_schema").put("name", "response").put("strict", true).set("schema", schema);
+        return format;
+    }
+
+    /**
+     * Walks the schema's subschemas (not property names) for keywords llb would not enforce, and
+     * turns the numeric formats into what llb enforces ({@link #NUMERIC_FORMATS}).
+     */
+    private static void checkEnforceable(JsonNode schema, String at) {
+        if (!schema.isObject()) {
+            return;
+        }
+        for (Map.Entry<String, JsonNode> e : schema.properties()) {
+            String key = e.getKey();
+            JsonNode value = e.getValue();
+            String here = at + "." + key;
+            if (UNENFORCED.contains(key)) {
+                throw unenforceable("`" + key + "` at " + here);
+            }
+            switch (key) {
+                case "format" -> {
+                    if (value.isTextual() && !FORMATS.contains(value.asText()) && !NUMERIC_FORMATS.contains(value.asText())) {
+                        throw unenforceable("`format: " + value.asText() + "` at " + here + " (llb enforces " + FORMATS + ")");
+                    }
+                }
+                case "properties", "$defs", "definitions" -> value.properties()
+                        .forEach(p -> checkEnforceable(p.getValue(), here + "." + p.getKey()));
+                case "items", "additionalProperties", "prefixItems", "anyOf", "oneOf", "allOf" -> {
+                    if (value.isArray()) {
+                        for (int i = 0; i < value.size(); i++) {
+                            checkEnforceable(value.get(i), here + "[" + i + "]");
+                        }
+                    } else {
+                        checkEnforceable(value, here);
+                    }
+                }
+                default -> { }
+            }
+        }
+        if (schema.get("format") instanceof JsonNode f && NUMERIC_FORMATS.contains(f.asText())) {
+            ObjectNode node = (ObjectNode) schema;
+            node.remove("format");
+            if (f.asText().equals("int32")) {
+                if (!node.has("minimum") && !node.has("exclusiveMinimum")) {
+                    node.put("minimum", Integer.MIN_VALUE);
+                }
+                if (!node.has("maximum") && !node.has("exclusiveMaximum")) {
+                    node.put("maximum", Integer.MAX_VALUE);
+                }
+            }
+        }
+    }
+
+    private static NonTransientAiException unenforceable(String what) {
+        return new NonTransientAiException("llb cannot enforce " + what + " of the output schema: its grammar would"
+                + " ignore it, so the reply could break it. Remove the keyword, or validate the entity yourself"
+                + " (docs/tool-calls.md lists what llb enforces)");
     }
 
     private static void putIfSet(ObjectNode body, String field, Double value) {
@@ -233,17 +336,15 @@ final class Mapping {
     }
 
     /**
-     * llb's error as Spring AI's: {@code busy} and {@code queue_full} are
-     * {@link TransientAiException}s (a retry may succeed), every other code a
+     * llb's error as Spring AI's: {@code busy} and {@code queue_full} (a pool at its bound; the
+     * cause is a {@link dev.llb.QueueFullException}) are {@link TransientAiException}s (a retry
+     * may succeed: Spring AI's retry templates retry them), every other code a
      * {@link NonTransientAiException}. The {@link LlbException} is the cause, so its
      * {@link LlbException#code()} stays reachable.
      */
     static RuntimeException error(LlbException e) {
         String message = "llb " + e.code() + ": " + e.getMessage();
-        return switch (e.code()) {
-            case "busy", "queue_full" -> new TransientAiException(message, e);
-            default -> new NonTransientAiException(message, e);
-        };
+        return e.isTransient() ? new TransientAiException(message, e) : new NonTransientAiException(message, e);
     }
 
     /**

@@ -183,6 +183,33 @@ class LlbChatAutoConfigurationTest {
     }
 
     @Test
+    void theContextsObservationRegistryRecordsTheModelsCallsAndTheReasoningBudgetIsAnOption() {
+        java.util.List<String> observed = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
+        io.micrometer.observation.ObservationRegistry registry = io.micrometer.observation.ObservationRegistry.create();
+        registry.observationConfig().observationHandler(new io.micrometer.observation.ObservationHandler<>() {
+            @Override
+            public void onStop(io.micrometer.observation.Observation.Context context) {
+                observed.add(context.getName() + " " + LlbObservationTest.keys(context.getLowCardinalityKeyValues()));
+            }
+
+            @Override
+            public boolean supportsContext(io.micrometer.observation.Observation.Context context) {
+                return context instanceof org.springframework.ai.chat.observation.ChatModelObservationContext;
+            }
+        });
+        runner.withBean(io.micrometer.observation.ObservationRegistry.class, () -> registry)
+                .withPropertyValues("llb.chat.model-path=" + toolModel, "llb.chat.options.max-tokens=4",
+                        "llb.chat.options.reasoning-budget=0").run(context -> {
+            assertNull(context.getStartupFailure());
+            LlbChatModel model = context.getBean(LlbChatModel.class);
+            assertEquals(0, model.getOptions().getReasoningBudget());
+            assertNotNull(model.call("hi"));
+            assertEquals(1, observed.size(), observed.toString());
+            assertTrue(observed.get(0).startsWith("gen_ai.client.operation ") && observed.get(0).contains("llb"), observed.toString());
+        });
+    }
+
+    @Test
     void threadPropertiesReachLlb() {
         runner.withPropertyValues("llb.chat.model-path=" + toolModel, "llb.chat.adaptive-threads=false",
                 "llb.chat.thread-poll=50").run(context -> {

@@ -8,7 +8,9 @@ import dev.llb.LlbException;
 import dev.llb.springai.LlbChatModel;
 import dev.llb.springai.LlbChatOptions;
 import java.nio.file.Path;
+import io.micrometer.observation.ObservationRegistry;
 import java.util.function.BiFunction;
+import org.springframework.ai.chat.observation.ChatModelObservationConvention;
 import org.springframework.ai.model.tool.ToolCallingManager;
 import org.springframework.ai.retry.NonTransientAiException;
 import org.springframework.beans.factory.ObjectProvider;
@@ -25,7 +27,9 @@ import org.springframework.context.annotation.Bean;
  * start-up. A model llb refuses (its chat template cannot do tool calls) fails start-up with
  * llb's message. {@code llb.chat.enabled=false}, or an {@code LlbChatModel} bean of the
  * application's own, turns it off. The bean uses the application's {@link ToolCallingManager}
- * bean when there is one.
+ * bean when there is one, and its {@link ObservationRegistry} (Boot Actuator's, which feeds
+ * Micrometer's meters and tracing) and {@link ChatModelObservationConvention} beans: every model
+ * call is then a Spring AI {@code gen_ai.client.operation} observation.
  */
 @AutoConfiguration(afterName = "org.springframework.ai.model.tool.autoconfigure.ToolCallingAutoConfiguration")
 @ConditionalOnProperty(prefix = LlbChatProperties.PREFIX, name = "enabled", havingValue = "true", matchIfMissing = true)
@@ -39,23 +43,29 @@ public class LlbChatAutoConfiguration {
      *
      * @param properties {@code llb.chat.*}
      * @param toolCallingManager the application's, if any
+     * @param observationRegistry the application's, if any (none: no observations)
+     * @param observationConvention the application's, if any (none: Spring AI's default)
      * @return the model over an open pool
      */
     @Bean
     @ConditionalOnMissingBean(LlbChatModel.class)
-    public LlbChatModel llbChatModel(LlbChatProperties properties, ObjectProvider<ToolCallingManager> toolCallingManager) {
+    public LlbChatModel llbChatModel(LlbChatProperties properties, ObjectProvider<ToolCallingManager> toolCallingManager,
+            ObjectProvider<ObservationRegistry> observationRegistry,
+            ObjectProvider<ChatModelObservationConvention> observationConvention) {
         ChatConfig config = chatConfig(properties, modelPath(properties));
         LlbChatProperties.Options o = properties.getOptions();
         LlbChatOptions defaults = LlbChatOptions.builder().temperature(o.getTemperature()).topP(o.getTopP()).topK(o.getTopK())
                 .maxTokens(o.getMaxTokens()).seed(o.getSeed()).toolChoice(o.getToolChoice())
                 .toolChoiceAfterTools(o.getToolChoiceAfterTools()).parallelToolCalls(o.getParallelToolCalls())
-                .reasoningEffort(o.getReasoningEffort()).build();
+                .reasoningEffort(o.getReasoningEffort()).reasoningBudget(o.getReasoningBudget()).build();
         LlbChatModel.Builder builder = LlbChatModel.builder().config(config).parallel(properties.getParallel())
                 .maxQueue(properties.getMaxQueue()).defaultOptions(defaults);
         ToolCallingManager manager = toolCallingManager.getIfAvailable();
         if (manager != null) {
             builder.toolCallingManager(manager);
         }
+        builder.observationRegistry(observationRegistry.getIfUnique(() -> ObservationRegistry.NOOP));
+        observationConvention.ifAvailable(builder::observationConvention);
         return builder.build();
     }
 

@@ -85,6 +85,8 @@ public class LlbChatProperties {
         private Boolean parallelToolCalls;
         /** reasoning_effort for reasoning models. */
         private String reasoningEffort;
+        /** reasoning_budget: tokens a reasoning model may think (-1 unlimited, 0 no thinking). */
+        private Integer reasoningBudget;
 
         /**
          * Returns the temperature.
@@ -194,6 +196,18 @@ public class LlbChatProperties {
          * @param v reasoning_effort
          */
         public void setReasoningEffort(String v) { reasoningEffort = v; }
+        /**
+         * Returns reasoning_budget.
+         *
+         * @return reasoning_budget
+         */
+        public Integer getReasoningBudget() { return reasoningBudget; }
+        /**
+         * Sets reasoning_budget.
+         *
+         * @param v reasoning_budget
+         */
+        public void setReasoningBudget(Integer v) { reasoningBudget = v; }
     }
 
     /**
