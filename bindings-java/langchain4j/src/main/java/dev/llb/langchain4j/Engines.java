@@ -1,35 +1,42 @@
 package dev.llb.langchain4j;
 
+import dev.llb.Chat;
 import dev.llb.ChatConfig;
 import dev.llb.ChatEngine;
+import dev.llb.ChatPool;
 import dev.llb.LlbException;
 import java.util.Objects;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Function;
 
 /**
- * The engine behind a model: opened from a {@link ChatConfig} (and then owned and closed by the
- * model) or given by the caller (who closes it). Calls take turns on it: an engine runs one
- * request at a time, so a second thread waits instead of getting llb's {@code busy}.
+ * What a model runs on: an engine opened from a {@link ChatConfig} (then owned and closed by the
+ * model), or an engine or pool given by the caller (who closes it). Calls on an engine take
+ * turns: it runs one request at a time, so a second thread waits instead of getting llb's
+ * {@code busy}. Calls on a pool run at once, up to its {@code parallel} and {@code maxQueue};
+ * past them llb answers {@code queue_full}, a {@code RetriableException}.
  */
 final class Engines implements AutoCloseable {
-    private final ChatEngine engine;
+    private final Chat chat;
     private final boolean owned;
     final String modelName;
-    private final ReentrantLock lock = new ReentrantLock(true);
+    /** Orders the calls on an engine; null on a pool. */
+    private final ReentrantLock lock;
 
-    private Engines(ChatEngine engine, boolean owned, String modelName) {
-        this.engine = engine;
+    private Engines(Chat chat, boolean owned, String modelName) {
+        this.chat = chat;
         this.owned = owned;
         this.modelName = modelName;
+        this.lock = chat instanceof ChatEngine ? new ReentrantLock(true) : null;
     }
 
-    static Engines of(ChatConfig config, ChatEngine engine, String modelName) {
-        if ((config == null) == (engine == null)) {
-            throw new IllegalArgumentException("set exactly one of config(ChatConfig) and engine(ChatEngine)");
+    static Engines of(ChatConfig config, ChatEngine engine, ChatPool pool, String modelName) {
+        int given = (config == null ? 0 : 1) + (engine == null ? 0 : 1) + (pool == null ? 0 : 1);
+        if (given != 1) {
+            throw new IllegalArgumentException("set exactly one of config(ChatConfig), engine(ChatEngine) and pool(ChatPool)");
         }
-        if (engine != null) {
-            return new Engines(engine, false, Objects.requireNonNullElse(modelName, "llb"));
+        if (engine != null || pool != null) {
+            return new Engines(engine != null ? engine : pool, false, Objects.requireNonNullElse(modelName, "llb"));
         }
         String name = modelName != null ? modelName : String.valueOf(config.modelPath().getFileName());
         try {
@@ -40,24 +47,28 @@ final class Engines implements AutoCloseable {
     }
 
     /**
-     * Runs {@code call} on the engine once the calls before it have returned; llb's errors come out
-     * as LangChain4j's ({@link Mapping#error}).
+     * Runs {@code call} on the engine once the calls before it have returned (on a pool, at once);
+     * llb's errors come out as LangChain4j's ({@link Mapping#error}).
      */
-    <T> T call(Function<ChatEngine, T> call) {
-        lock.lock();
+    <T> T call(Function<Chat, T> call) {
+        if (lock != null) {
+            lock.lock();
+        }
         try {
-            return call.apply(engine);
+            return call.apply(chat);
         } catch (LlbException e) {
             throw Mapping.error(e);
         } finally {
-            lock.unlock();
+            if (lock != null) {
+                lock.unlock();
+            }
         }
     }
 
     @Override
     public void close() {
         if (owned) {
-            engine.close();
+            chat.close();
         }
     }
 }

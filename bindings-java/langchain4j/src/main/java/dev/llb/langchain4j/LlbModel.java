@@ -17,11 +17,12 @@ import java.util.Set;
  *
  * <p>One engine holds one conversation's KV cache: the next turn of the same conversation reuses
  * it ({@link LlbTokenUsage#cachedTokens()}). Calls take turns (a second thread waits); for
- * conversations in parallel use one model per conversation. Errors are LangChain4j exceptions
+ * conversations in parallel use one model per conversation, or build the model on a
+ * {@link dev.llb.ChatPool} ({@link LlbModelBuilder#pool}), whose requests run at once. Errors are LangChain4j exceptions
  * whose cause is the {@link LlbException} with llb's code: {@code invalid_argument},
  * {@code invalid_json} and {@code context_overflow} are {@code InvalidRequestException}s,
  * {@code tools_unsupported} an {@code UnsupportedFeatureException}, {@code file_not_found} a
- * {@code ModelNotFoundException}, {@code busy} a {@code RetriableException}, {@code internal} an
+ * {@code ModelNotFoundException}, {@code busy} and {@code queue_full} {@code RetriableException}s, {@code internal} an
  * {@code InternalServerException}, others {@code NonRetriableException}s.
  */
 public abstract sealed class LlbModel implements AutoCloseable permits LlbChatModel, LlbStreamingChatModel {

@@ -5,11 +5,12 @@ import dev.langchain4j.model.chat.request.ChatRequestParameters;
 import dev.langchain4j.model.chat.request.DefaultChatRequestParameters;
 import dev.llb.ChatConfig;
 import dev.llb.ChatEngine;
+import dev.llb.ChatPool;
 import java.util.List;
 
 /**
  * The settings that {@link LlbChatModel.Builder} and {@link LlbStreamingChatModel.Builder} share,
- * and {@link #build}: {@link #config} or {@link #engine}, the rest optional. Each setter returns the builder it was
+ * and {@link #build}: {@link #config}, {@link #engine} or {@link #pool}, the rest optional. Each setter returns the builder it was
  * called on, so calls chain in any order with the builder's own settings.
  *
  * @param <B> the concrete builder
@@ -18,12 +19,14 @@ import java.util.List;
 public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends LlbModel> {
     private ChatConfig config;
     private ChatEngine engine;
+    private ChatPool pool;
     private String modelName;
     private ChatRequestParameters defaultRequestParameters;
     private List<ChatModelListener> listeners = List.of();
     private Long seed;
     private Boolean parallelToolCalls;
     private boolean strictTools;
+    private Integer reasoningBudget;
 
     /** Only the builders of this package extend it. */
     LlbModelBuilder() {}
@@ -66,6 +69,20 @@ public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends
      */
     public B engine(ChatEngine engine) {
         this.engine = engine;
+        return self();
+    }
+
+    /**
+     * A pool the caller opened and will close: many requests (from many threads, each with its own
+     * conversation) run on it at once, up to its {@code parallel}; up to its {@code maxQueue} more
+     * wait, and past that a call fails at once with a {@code RetriableException} (llb's
+     * {@code queue_full}). Several models may share one pool.
+     *
+     * @param pool the pool
+     * @return this builder
+     */
+    public B pool(ChatPool pool) {
+        this.pool = pool;
         return self();
     }
 
@@ -138,6 +155,19 @@ public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends
         return self();
     }
 
+    /**
+     * The reasoning budget of every request ({@code reasoning_budget}): the tokens a reasoning
+     * model may think before llb ends the thinking and the model answers.
+     *
+     * @param tokens -1 unlimited, 0 no thinking, a token count; null: the engine's default
+     *     ({@link ChatConfig#withReasoningBudget})
+     * @return this builder
+     */
+    public B reasoningBudget(Integer tokens) {
+        this.reasoningBudget = tokens;
+        return self();
+    }
+
     /** The default request parameters, {@link DefaultChatRequestParameters#EMPTY} when unset. */
     ChatRequestParameters defaults() {
         return defaultRequestParameters != null ? defaultRequestParameters : DefaultChatRequestParameters.EMPTY;
@@ -148,13 +178,13 @@ public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends
         return List.copyOf(listeners);
     }
 
-    /** The request fields from {@link #seed}, {@link #parallelToolCalls} and {@link #strictTools}. */
+    /** The request fields from {@link #seed}, {@link #parallelToolCalls}, {@link #strictTools} and {@link #reasoningBudget}. */
     Mapping.Extras extras() {
-        return new Mapping.Extras(seed, parallelToolCalls, strictTools);
+        return new Mapping.Extras(seed, parallelToolCalls, strictTools, reasoningBudget);
     }
 
-    /** Opens the engine from {@link #config}, or wraps the {@link #engine} given: a model's last step. */
+    /** Opens the engine from {@link #config}, or wraps the {@link #engine} or {@link #pool} given: a model's last step. */
     Engines engines() {
-        return Engines.of(config, engine, modelName);
+        return Engines.of(config, engine, pool, modelName);
     }
 }

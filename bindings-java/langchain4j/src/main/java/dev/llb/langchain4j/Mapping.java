@@ -44,7 +44,7 @@ final class Mapping {
     private Mapping() {}
 
     /** Per-model request fields LangChain4j's parameters have no place for. */
-    record Extras(Long seed, Boolean parallelToolCalls, boolean strictTools) {}
+    record Extras(Long seed, Boolean parallelToolCalls, boolean strictTools, Integer reasoningBudget) {}
 
     static String request(ChatRequest request, Extras extras) {
         ObjectNode body = MAPPER.createObjectNode();
@@ -99,6 +99,9 @@ final class Mapping {
         }
         if (extras.seed() != null) {
             body.put("seed", extras.seed());
+        }
+        if (extras.reasoningBudget() != null) {
+            body.put("reasoning_budget", extras.reasoningBudget());
         }
         return body.toString();
     }
@@ -327,7 +330,8 @@ final class Mapping {
                 u.initCause(e);
                 yield u;
             }
-            case "busy" -> new RetriableException(message, e);
+            // queue_full (a pool at its bound) and busy: the same call may succeed later.
+            case "busy", "queue_full" -> new RetriableException(message, e);
             case "internal", "context_create_failed" -> new InternalServerException(message, e);
             default -> new NonRetriableException(message, e);
         };

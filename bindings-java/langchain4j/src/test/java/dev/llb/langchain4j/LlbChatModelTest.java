@@ -92,7 +92,7 @@ class LlbChatModelTest {
                         UserMessage.from(TextContent.from("And "), TextContent.from("tomorrow?")))
                 .toolSpecifications(FORECAST).toolChoice(ToolChoice.AUTO).temperature(0.5).topP(0.9).topK(40)
                 .maxOutputTokens(100).stopSequences(List.of("END")).build();
-        JsonNode json = Mapping.parse(Mapping.request(request, new Mapping.Extras(3L, false, false)));
+        JsonNode json = Mapping.parse(Mapping.request(request, new Mapping.Extras(3L, false, false, 2048)));
         assertEquals(Mapping.parse("""
                 [{"role":"system","content":"Be brief."},
                  {"role":"user","content":"Forecast for Oslo?"},
@@ -124,6 +124,7 @@ class LlbChatModelTest {
         assertEquals("[\"END\"]", json.get("stop").toString());
         assertEquals(3, json.get("seed").asLong());
         assertEquals(false, json.get("parallel_tool_calls").asBoolean());
+        assertEquals(2048, json.get("reasoning_budget").asInt());
         assertEquals("required", Mapping.toolChoice(ToolChoice.REQUIRED));
         assertEquals("none", Mapping.toolChoice(ToolChoice.NONE));
     }
@@ -158,7 +159,7 @@ class LlbChatModelTest {
                 .build();
         ChatRequest request = ChatRequest.builder().messages(UserMessage.from("Is Oslo in Norway?"))
                 .responseFormat(format).temperature(0.0).maxOutputTokens(32).build();
-        JsonNode sent = Mapping.parse(Mapping.request(request, new Mapping.Extras(null, null, false)));
+        JsonNode sent = Mapping.parse(Mapping.request(request, new Mapping.Extras(null, null, false, null)));
         assertEquals(Mapping.parse("""
                 {"type":"json_schema","json_schema":{"name":"verdict","schema":{"type":"object",
                   "properties":{"answer":{"type":"string","enum":["yes","no"]}},"required":["answer"],
