@@ -8,13 +8,17 @@ import java.util.regex.Pattern;
 
 /**
  * An OpenAI error response: an HTTP status and {@code {"error":{"message","type","param","code"}}}.
- * {@code code} is llb's error code when llb reported the error.
+ * {@code code} is llb's error code when llb reported the error. An overloaded pool
+ * ({@code queue_full}, {@code busy}) is 503 with a {@code Retry-After} header
+ * ({@link #RETRY_AFTER_SECONDS}): the request was refused before any work, and may be sent again.
  */
 final class ApiError extends RuntimeException {
     private static final long serialVersionUID = 1L;
     private static final ObjectMapper MAPPER = new ObjectMapper();
     // llb names the offending field as "field `messages[0].content`: ...".
     private static final Pattern FIELD = Pattern.compile("field `([^`]+)`");
+    /** The {@code Retry-After} of a 503 for an overloaded pool, in seconds. */
+    static final int RETRY_AFTER_SECONDS = 1;
 
     final int status;
     final String type;
@@ -35,7 +39,7 @@ final class ApiError extends RuntimeException {
             case "invalid_json", "invalid_argument", "context_overflow" ->
                     new ApiError(400, "invalid_request_error", e.code(), param(e.getMessage()), e.getMessage());
             case "tools_unsupported" -> new ApiError(422, "invalid_request_error", e.code(), null, e.getMessage());
-            case "busy", "queue_full" -> new ApiError(503, "server_error", e.code(), null, e.getMessage());
+            case "busy", "queue_full" -> new ApiError(503, "server_error", e.code(), null, e.getMessage());  // Retry-After
             default -> new ApiError(500, "server_error", e.code(), null, e.getMessage());
         };
     }
@@ -47,6 +51,11 @@ final class ApiError extends RuntimeException {
     private static String param(String message) {
         Matcher m = FIELD.matcher(message);
         return m.find() ? m.group(1) : null;
+    }
+
+    /** The {@code Retry-After} seconds to send with this error, or null for none. */
+    Integer retryAfterSeconds() {
+        return status == 503 && ("queue_full".equals(code) || "busy".equals(code)) ? RETRY_AFTER_SECONDS : null;
     }
 
     /** {@code {"error":{...}}} */

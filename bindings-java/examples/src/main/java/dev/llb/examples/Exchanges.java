@@ -32,6 +32,9 @@ final class Exchanges {
     }
 
     static void error(HttpExchange exchange, ApiError error) throws IOException {
+        if (error.retryAfterSeconds() != null) {
+            exchange.getResponseHeaders().set("Retry-After", String.valueOf(error.retryAfterSeconds()));
+        }
         json(exchange, error.status, error.json());
     }
 }

@@ -19,16 +19,19 @@ import java.util.concurrent.Executors;
  * {@code "stream":true}), errors as OpenAI error objects.
  *
  * <pre>run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N]
- *     [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N]</pre>
+ *     [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N] [--reasoning-budget N]</pre>
  *
  * <p>{@code --port 0} picks a free port; the first line on stdout says which. Every request runs
  * on one llb pool ({@link ChatPool}): up to {@code --parallel} decode at once in one batched
  * context, sharing prompt prefixes; up to {@code --queue} more wait (llb's default: 16 per
- * parallel request), and past that a request gets 503 {@code queue_full}. {@code --ctx} is the
+ * parallel request), and past that a request is refused at once: 503 with a {@code Retry-After}
+ * header and an OpenAI error whose {@code code} is {@code queue_full}. {@code --ctx} is the
  * KV budget all requests share (llb's default: 4096 tokens per parallel request);
  * {@code --threads} defaults to llb's process-wide budget (the machine's cores) and is the ceiling
  * of the decode threads; {@code --adaptive-threads} and {@code --thread-poll} are llb's
- * {@code adaptive_threads} (default true) and {@code thread_poll} (default 0).
+ * {@code adaptive_threads} (default true) and {@code thread_poll} (default 0);
+ * {@code --reasoning-budget} is llb's default {@code reasoning_budget} (tokens; -1 unlimited, 0 no
+ * thinking), which a request's own field overrides.
  * {@code /v1/models} reports the model's {@code supports_tools} and {@code caps} ({@link Llb#modelInfo}).
  * A model that llb refuses for lack of tool calling still starts the server, which then answers
  * every completion with llb's refusal (422, code {@code tools_unsupported}); other load failures
@@ -37,12 +40,12 @@ import java.util.concurrent.Executors;
 public final class OpenAiServer {
     private static final String USAGE =
             "usage: run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N]"
-                    + " [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N]";
+                    + " [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N] [--reasoning-budget N]";
 
     private OpenAiServer() {}
 
     record Options(Path model, String host, int port, int parallel, Integer queue, Integer threads,
-            Boolean adaptiveThreads, Integer threadPoll, Integer contextSize) {
+            Boolean adaptiveThreads, Integer threadPoll, Integer contextSize, Integer reasoningBudget) {
         static Options parse(String[] args) {
             Path model = null;
             String host = "127.0.0.1";
@@ -53,6 +56,7 @@ public final class OpenAiServer {
             Boolean adaptiveThreads = null;
             Integer threadPoll = null;
             Integer contextSize = null;
+            Integer reasoningBudget = null;
             for (int i = 0; i < args.length; i++) {
                 String flag = args[i];
                 if (i + 1 >= args.length) {
@@ -74,6 +78,7 @@ public final class OpenAiServer {
                     };
                     case "--thread-poll" -> threadPoll = Integer.parseInt(value);
                     case "--ctx" -> contextSize = Integer.parseInt(value);
+                    case "--reasoning-budget" -> reasoningBudget = Integer.parseInt(value);
                     default -> throw new IllegalArgumentException("unknown option " + flag);
                 }
             }
@@ -83,7 +88,8 @@ public final class OpenAiServer {
             if (parallel < 1) {
                 throw new IllegalArgumentException("--parallel must be at least 1");
             }
-            return new Options(model, host, port, parallel, queue, threads, adaptiveThreads, threadPoll, contextSize);
+            return new Options(model, host, port, parallel, queue, threads, adaptiveThreads, threadPoll, contextSize,
+                    reasoningBudget);
         }
     }
 
@@ -104,6 +110,9 @@ public final class OpenAiServer {
         }
         if (options.threadPoll() != null) {
             config = config.withThreadPoll(options.threadPoll());
+        }
+        if (options.reasoningBudget() != null) {
+            config = config.withReasoningBudget(options.reasoningBudget());
         }
 
         // The header's capabilities, for /v1/models (llb_model_info reads no weights).
