@@ -62,6 +62,14 @@ class SpringAiConsumerTest {
         assertTrue(arguments.find(), r.stdout());
         // Spring AI's callback took the model's arguments: the tool ran with the city the model chose.
         assertTrue(r.stdout().contains("result: \"Sunny, 21 degrees in " + arguments.group(1) + "\""), r.stdout());
+        // Native structured output: the record parsed from the grammar-bound reply.
+        assertTrue(Pattern.compile("entity: Weather\\[city=(Paris|Tokyo|Lima), celsius=-?\\d+, sunny=(true|false)]\n")
+                .matcher(r.stdout()).find(), r.stdout());
+        // Metrics: the two calls' tokens, counted by Spring AI's meter handler.
+        Matcher input = Pattern.compile("gen_ai.client.token.usage input: (\\d+)\n").matcher(r.stdout());
+        Matcher output = Pattern.compile("gen_ai.client.token.usage output: (\\d+)\n").matcher(r.stdout());
+        assertTrue(input.find() && Long.parseLong(input.group(1)) > 0, r.stdout());
+        assertTrue(output.find() && Long.parseLong(output.group(1)) > 0, r.stdout());
         // The library came out of dev.llb:llb's jar into the fresh cache.
         try (Stream<Path> walk = Files.walk(cache)) {
             assertTrue(walk.anyMatch(p -> p.getFileName().toString().equals("libllb.so")), "libllb.so extracted into " + cache);
