@@ -268,8 +268,11 @@ llb_pool *llb_pool_create(const char *config_json, llb_event_fn on_event, void *
  * the calling thread, never on another one; returning non-zero cancels this request only.
  * `user_data` is passed back untouched and not retained after return.
  *
- * Errors: as `llb_chat_infer`, with `queue_full` instead of `busy`: `n_parallel` requests run
- * and `max_queue` more wait (nothing was started; retry later).
+ * Errors: as `llb_chat_infer`, with `queue_full` instead of `busy`: the pool holds
+ * `n_parallel + max_queue` requests already (running, waiting, or making their prompt);
+ * nothing was started, the prompt was not even rendered, and the answer comes at once (retry
+ * later). The check and the taking of a place are one atomic step, so a burst of any size
+ * from any number of threads never puts more than `n_parallel + max_queue` requests in.
  *
  * Ownership: the caller owns the returned string; release it with `llb_string_free` exactly
  * once. Never returns NULL.
@@ -285,7 +288,10 @@ char *llb_pool_infer(llb_pool *pool, const char *request_json, llb_event_fn on_e
 
 /**
  * The pool's state: `{"type":"pool_stats","n_slots","n_parallel","n_ctx","running","queued",
- * "tokens_held":[per sequence],"lost":null}`; `lost` is the message of the error that made the
+ * "preparing","max_queue","request_bytes","tokens_held":[per sequence],"lost":null}`;
+ * `running + queued` never exceeds `n_parallel + max_queue`; `queued` counts the waiting
+ * requests, `preparing` of them still making their prompt; `request_bytes` is what the
+ * requests in the pool hold in token lists; `lost` is the message of the error that made the
  * pool unusable (an RPC server lost mid-request), null while it works.
  *
  * Ownership: the caller owns the returned string; release it with `llb_string_free` exactly

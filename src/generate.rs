@@ -41,6 +41,8 @@ impl Run<'_> {
     /// Runs `req` to its completion (streamed to `emit` as it goes when the request streams).
     pub fn run(&self, req: &ResolvedRequest) -> Result<Value> {
         let t_start = Instant::now();
+        // A place in the scheduler first: under a burst, a refusal costs no prompt and no token.
+        let place = self.sched.reserve()?;
         let plan = self.prompter.plan(req)?;
         let prompt = self.prompter.prompt_tokens(req, &plan, self.book.find(&req.messages))?;
         let n_prompt = prompt.len();
@@ -69,8 +71,10 @@ impl Run<'_> {
             dropped_calls: false,
             sampling: SampleStats::default(),
             model_wait: Duration::ZERO,
+            decode_time: Duration::ZERO,
+            engine_wait: Duration::ZERO,
         };
-        let ticket = self.sched.join(prompt.clone())?;
+        let ticket = place.join(prompt.clone());
         let (n_cached, first) = self.prefill(&ticket, n_prompt)?;
         crate::fault::site("infer");
         let t_prompt = t_start.elapsed();
@@ -108,7 +112,7 @@ impl Run<'_> {
                         return Ok((cached, None));
                     }
                 }
-                Msg::Logits(l) => return Ok((cached.min(n_prompt), Some(l))),
+                Msg::Logits(l, _) => return Ok((cached.min(n_prompt), Some(l))),
                 Msg::Failed(e) => return Err(e),
             }
         }
@@ -142,6 +146,11 @@ struct Generation<'a> {
     sampling: SampleStats,
     /// Time spent waiting for the model's next logits (the decode, in the scheduler).
     model_wait: Duration,
+    /// Of that, the time `llama_decode` itself took (the rest is the scheduler's and the
+    /// hand-over between threads).
+    decode_time: Duration,
+    /// How long the grammar waited for the model's constraint engine to be built.
+    engine_wait: Duration,
 }
 
 /// How a request's tokens are chosen: its sampler (chain and grammar), the call-syntax
@@ -158,9 +167,13 @@ impl Generation<'_> {
     /// The decoder of this request: its sampler over the plan's grammar (advanced past a
     /// grammar prefill), deterministic call syntax (on unless the request or the config turns it
     /// off, for plans whose call format is known), its reasoning budget and jump-forward.
-    fn decoder(&self, prompter: &Prompter) -> Result<Decoder> {
+    fn decoder(&mut self, prompter: &Prompter) -> Result<Decoder> {
         let grammar = match self.plan.grammar.as_ref().filter(|g| !g.gbnf.is_empty()) {
-            Some(spec) => Some(prompter.grammar(spec)?),
+            Some(spec) => {
+                let (g, waited) = prompter.grammar(spec)?;
+                self.engine_wait = waited;
+                Some(g)
+            }
             None => None,
         };
         let mut smpl = Sampler::new(self.vocab.clone(), &self.req.sampling, grammar);
@@ -200,7 +213,7 @@ impl Generation<'_> {
             if let Some(f) = self.record_step(&step, row, d.syntax.as_mut()) {
                 return Ok(f);
             }
-            ticket.submit(&step);
+            ticket.submit(&step, std::mem::take(&mut logits));
             if let Some(f) = self.partial() {
                 return Ok(f);
             }
@@ -258,10 +271,17 @@ impl Generation<'_> {
         let next = ticket.recv();
         self.model_wait += waiting.elapsed();
         Ok(match next {
-            Msg::Logits(l) => Continue(l),
+            Msg::Logits(l, decode) => {
+                self.decode_time += decode;
+                Continue(l)
+            }
             Msg::Failed(e) if e.code == ErrorCode::ContextOverflow => Break(Finish::Length),
             Msg::Failed(e) => return Err(e),
-            Msg::Admitted { .. } | Msg::Progress { .. } => Continue(continue_recv(ticket)?),
+            Msg::Admitted { .. } | Msg::Progress { .. } => {
+                let (l, decode) = continue_recv(ticket)?;
+                self.decode_time += decode;
+                Continue(l)
+            }
         })
     }
 
@@ -415,6 +435,8 @@ impl Generation<'_> {
             completion_tokens: self.n_sampled,
             forced_tokens: self.n_forced,
             t_model: self.model_wait,
+            t_decode: self.decode_time,
+            t_engine_wait: self.engine_wait,
             t_sampling: self.sampling.chain,
             t_grammar: self.sampling.grammar,
             ..stats
@@ -589,10 +611,10 @@ impl Budget {
 
 /// After a rebuild of the sequence (it was parked for KV space) progress messages may come
 /// before the logits: skip them.
-fn continue_recv(ticket: &Ticket) -> Result<Vec<f32>> {
+fn continue_recv(ticket: &Ticket) -> Result<(Vec<f32>, Duration)> {
     loop {
         match ticket.recv() {
-            Msg::Logits(l) => return Ok(l),
+            Msg::Logits(l, decode) => return Ok((l, decode)),
             Msg::Failed(e) => return Err(e),
             _ => {}
         }

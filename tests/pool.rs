@@ -416,3 +416,75 @@ fn pool_configs_are_validated() {
     let e = CPool::open(&json!({"model_path": plain})).err().unwrap();
     assert_eq!(e["code"], "tools_unsupported", "{e}");
 }
+
+/// Issue 36: 64 threads released by one barrier on `n_parallel` 2 + `max_queue` 1. Exactly 3
+/// are accepted (the accepted ones hold their turn until every other call has returned, so the
+/// count cannot depend on timing), the 61 others are `queue_full` within 50 ms each, and the
+/// stats, sampled all along, never show more than the bound.
+#[test]
+// Over 60 lines: one burst scenario, its hold, sampler and checks read best in one place.
+fn a_burst_of_64_gets_exactly_the_bound_and_the_rest_at_once() {
+    let _s = serial();
+    const N: usize = 64;
+    let p = Arc::new(
+        CPool::open(&json!({"model_path": model(), "n_ctx": 4096, "n_parallel": 2, "max_queue": 1, "n_threads": 1}))
+            .unwrap(),
+    );
+    // Answers that came back (accepted ones count when they finish, refusals at once).
+    let answered = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
+    let barrier = Arc::new(Barrier::new(N));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (p, stop) = (p.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut worst = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let s = p.stats();
+                let held = s["running"].as_u64().unwrap() + s["queued"].as_u64().unwrap();
+                assert!(held <= 3, "stats over the bound: {s}");
+                worst = worst.max(held);
+            }
+            worst
+        })
+    };
+    let threads: Vec<_> = (0..N)
+        .map(|i| {
+            let (p, answered, barrier) = (p.clone(), answered.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let ev = Events::default();
+                let hold = answered.clone();
+                // An accepted request waits, at its first event, until the 61 others answered
+                // (bounded: a broken bound fails the count below instead of hanging).
+                *ev.on_event.lock().unwrap() = Some(Box::new(move |_| {
+                    let (m, cv) = &*hold;
+                    let deadline = std::time::Duration::from_secs(20);
+                    let _g = cv.wait_timeout_while(m.lock().unwrap(), deadline, |n| *n < N - 3).unwrap();
+                }));
+                let req = request(Kind::Named, i, true);
+                barrier.wait();
+                let t = Instant::now();
+                let r = p.infer_with(&req, &ev);
+                let took = t.elapsed();
+                let (m, cv) = &*answered;
+                *m.lock().unwrap() += 1;
+                cv.notify_all();
+                (r, took)
+            })
+        })
+        .collect();
+    let results: Vec<(Value, std::time::Duration)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let worst = sampler.join().unwrap();
+    let refused: Vec<_> = results.iter().filter(|(r, _)| r["code"] == "queue_full").collect();
+    let accepted: Vec<_> = results.iter().filter(|(r, _)| r["object"] == "chat.completion").collect();
+    assert_eq!((accepted.len(), refused.len()), (3, N - 3), "{:?}", results.iter().map(|r| &r.0["code"]).collect::<Vec<_>>());
+    for (r, took) in &refused {
+        assert!(took.as_millis() <= 50, "a refusal took {took:?}: {r}");
+    }
+    for (r, _) in &accepted {
+        check("accepted in the burst", r, Kind::Named);
+    }
+    assert!(worst <= 3, "{worst}");
+    let s = p.stats();
+    assert_eq!((s["running"].as_u64(), s["queued"].as_u64(), s["preparing"].as_u64()), (Some(0), Some(0), Some(0)), "{s}");
+}

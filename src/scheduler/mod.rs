@@ -63,8 +63,9 @@ pub enum Msg {
         done: usize,
         total: usize,
     },
-    /// The logits row after the request's last token (a copy: n_vocab floats).
-    Logits(Vec<f32>),
+    /// The logits row after the request's last token (a copy: n_vocab floats), and how long
+    /// the `llama_decode` that made it took.
+    Logits(Vec<f32>, Duration),
     Failed(Error),
 }
 
@@ -94,6 +95,9 @@ struct Job {
     prompt_len: usize,
     state: JobState,
     mailbox: Arc<Mailbox>,
+    /// The logits row the request gave back with its last step, filled again for the next one
+    /// (no allocation per token: a row is n_vocab floats).
+    spare: Vec<f32>,
 }
 
 impl Job {
@@ -110,6 +114,23 @@ struct State {
     shutdown: bool,
     /// Why the context is unusable (a lost RPC server), for stats.
     lost: Option<String>,
+    /// Places taken by [`Scheduler::reserve`] whose request is still making its prompt.
+    reserved: usize,
+}
+
+impl State {
+    /// Requests admitted (running) and waiting (queued, or reserved and making their prompt).
+    fn counts(&self) -> (usize, usize) {
+        let running = self.jobs.iter().filter(|j| j.state.is_admitted()).count();
+        let queued = self.jobs.iter().filter(|j| j.state.is_queued()).count();
+        (running, queued + self.reserved)
+    }
+
+    /// What the requests in the scheduler hold on the host: their token lists (prompt and
+    /// reply). Logits rows in flight (n_vocab floats each) are bounded by `n_parallel`.
+    fn request_bytes(&self) -> usize {
+        self.jobs.iter().filter(|j| !j.state.has_left()).map(|j| j.tokens.capacity() * size_of::<Token>()).sum()
+    }
 }
 
 struct Shared {
@@ -157,7 +178,14 @@ impl Scheduler {
             ));
         }
         let state =
-            State { jobs: Vec::new(), slots: SlotTable::new(config.n_slots), next_id: 0, shutdown: false, lost: None };
+            State {
+            jobs: Vec::new(),
+            slots: SlotTable::new(config.n_slots),
+            next_id: 0,
+            shutdown: false,
+            lost: None,
+            reserved: 0,
+        };
         let shared = Arc::new(Shared { state: Mutex::new(state), wake: Condvar::new(), config });
         // SAFETY: live context; the worker frees the pool after the context.
         let pool = unsafe { ComputePool::attach(ctx, shared.config.n_threads, shared.config.thread_poll) };
@@ -170,14 +198,15 @@ impl Scheduler {
         Ok(Scheduler { shared, thread: Some(thread) })
     }
 
-    /// Queues a request whose prompt is `tokens`. Fails at once with `queue_full` when the
-    /// queue is full.
-    pub fn join(&self, tokens: Vec<Token>) -> Result<Ticket> {
+    /// Takes one of the `n_parallel + max_queue` places of this scheduler, before the request's
+    /// prompt is made: the check and the taking are one step under the state's lock, so however
+    /// many threads arrive at once, `running + queued` never exceeds the bound. Fails at once
+    /// with `queue_full` (no prompt rendered, no token made) when every place is taken.
+    pub fn reserve(&self) -> Result<Reservation> {
         let mut st = lock(&self.shared.state);
-        let queued = st.jobs.iter().filter(|j| j.state.is_queued()).count();
-        let running = st.jobs.len() - queued;
         let c = &self.shared.config;
-        if queued >= c.max_queue && running >= c.n_parallel {
+        let (running, queued) = st.counts();
+        if running + queued >= c.n_parallel + c.max_queue {
             return Err(Error::new(
                 ErrorCode::QueueFull,
                 format!(
@@ -186,26 +215,24 @@ impl Scheduler {
                 ),
             ));
         }
-        st.next_id += 1;
-        let id = st.next_id;
-        let mailbox = Arc::new(Mailbox::default());
-        let prompt_len = tokens.len();
-        st.jobs.push(Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone() });
-        drop(st);
-        self.shared.wake.notify_all();
-        Ok(Ticket { shared: self.shared.clone(), id, mailbox })
+        st.reserved += 1;
+        Ok(Reservation { shared: self.shared.clone(), held: true })
     }
 
     /// A snapshot for hosts and tests: sequences, what they hold, running and queued requests.
     pub fn stats(&self) -> serde_json::Value {
         let st = lock(&self.shared.state);
         let held = st.slots.tokens_held();
+        let (running, queued) = st.counts();
         serde_json::json!({
             "n_slots": held.len(),
             "n_parallel": self.shared.config.n_parallel,
             "n_ctx": self.shared.config.n_ctx,
-            "running": st.jobs.iter().filter(|j| j.state.is_admitted()).count(),
-            "queued": st.jobs.iter().filter(|j| j.state.is_queued()).count(),
+            "running": running,
+            "queued": queued,
+            "preparing": st.reserved,
+            "max_queue": self.shared.config.max_queue,
+            "request_bytes": st.request_bytes(),
             "tokens_held": held,
             "lost": st.lost,
         })
@@ -218,6 +245,41 @@ impl Drop for Scheduler {
         self.shared.wake.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// A place taken in the scheduler for a request that is still making its prompt. Joining turns
+/// it into a queued job; dropping it (the prompt failed, or was too long) gives the place back.
+pub struct Reservation {
+    shared: Arc<Shared>,
+    /// False once joined: the job holds the place from then on.
+    held: bool,
+}
+
+impl Reservation {
+    /// Queues the request whose prompt is `tokens` in the place this reservation holds.
+    pub fn join(mut self, tokens: Vec<Token>) -> Ticket {
+        let shared = self.shared.clone();
+        let mut st = lock(&shared.state);
+        st.next_id += 1;
+        let id = st.next_id;
+        let mailbox = Arc::new(Mailbox::default());
+        let prompt_len = tokens.len();
+        st.jobs.push(Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new() });
+        // The job now holds the place: the reservation's Drop must not give it back.
+        st.reserved -= 1;
+        self.held = false;
+        drop(st);
+        shared.wake.notify_all();
+        Ticket { shared, id, mailbox }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.held {
+            lock(&self.shared.state).reserved -= 1;
         }
     }
 }
@@ -245,12 +307,13 @@ impl Ticket {
 
     /// Submits the token sampled from the last logits, with any text forced after it (one
     /// multi-token entry of the next batch); the logits after the last one come as the next
-    /// message.
-    pub fn submit(&self, tokens: &[Token]) {
+    /// message, in `row`, the last row given back for reuse.
+    pub fn submit(&self, tokens: &[Token], row: Vec<f32>) {
         let mut st = lock(&self.shared.state);
         if let Some(j) = st.jobs.iter_mut().find(|j| j.id == self.id) {
             j.tokens.extend_from_slice(tokens);
             j.state.submitted();
+            j.spare = row;
         }
         drop(st);
         self.shared.wake.notify_all();
@@ -555,7 +618,7 @@ impl Worker {
                         eprintln!("[llb] adaptive threads: decodes of {n_tokens} tokens now on {n} threads");
                     }
                 }
-                self.deliver(&mut st, &entries);
+                self.deliver(&mut st, &entries, took);
             }
             Ok(1) => self.make_room(&mut st, &entries),
             Ok(rc) => self.fail(
@@ -593,7 +656,7 @@ impl Worker {
         k
     }
 
-    fn deliver(&mut self, st: &mut State, entries: &[Entry]) {
+    fn deliver(&mut self, st: &mut State, entries: &[Entry], took: Duration) {
         let mut row = 0i32;
         for e in entries {
             st.slots.decoded(e.slot, &e.tokens);
@@ -609,8 +672,11 @@ impl Worker {
                 let msg = if p.is_null() {
                     Msg::Failed(Error::new(ErrorCode::Internal, "llama.cpp returned no logits"))
                 } else {
+                    let mut row = std::mem::take(&mut j.spare);
+                    row.clear();
                     // SAFETY: a logits row holds n_vocab floats.
-                    Msg::Logits(unsafe { std::slice::from_raw_parts(p, self.n_vocab) }.to_vec())
+                    row.extend_from_slice(unsafe { std::slice::from_raw_parts(p, self.n_vocab) });
+                    Msg::Logits(row, took)
                 };
                 j.state.logits_delivered(Instant::now());
                 j.mailbox.post(msg);
