@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 pub struct Model {
     raw: *mut sys::llama_model,
+    /// Unique among the models this process ever loaded (never reused, unlike an address).
+    pub id: u64,
     pub path: PathBuf,
     /// Some layers live on RPC servers.
     pub uses_rpc: bool,
@@ -157,7 +159,9 @@ pub fn acquire_with(path: &Path, params: &LoadParams) -> Result<Arc<Model>> {
             ),
         ));
     }
-    let m = Arc::new(Model { raw, path: path_key, uses_rpc: backend::uses_rpc(params.devices.as_deref()) });
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let m = Arc::new(Model { raw, id, path: path_key, uses_rpc: backend::uses_rpc(params.devices.as_deref()) });
     models.retain(|_, w| w.strong_count() > 0);
     models.insert(key, Arc::downgrade(&m));
     Ok(m)

@@ -13,7 +13,7 @@ use crate::shim::{ChatParams, Parser, Probe, Templates};
 use crate::tokens::{Token, Vocab};
 use serde_json::{json, Value};
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Everything derived from the request and the templates before any token is evaluated.
 pub struct Plan {
@@ -78,33 +78,35 @@ pub struct Prompter {
     vocab: Arc<Vocab>,
     templates: Templates,
     probe: Probe,
-    /// The constraint engine for this vocabulary (built on first need; None if it failed).
-    engine: OnceLock<Option<Arc<crate::grammar::engine::Engine>>>,
+    /// The model's constraint engine (built once per model, in the background from create on).
+    engine: Arc<crate::grammar::engine::Shared>,
 }
 
 impl Prompter {
     pub fn new(vocab: Arc<Vocab>, templates: Templates, probe: Probe) -> Prompter {
-        Prompter { vocab, templates, probe, engine: OnceLock::new() }
+        let engine = crate::grammar::engine::Shared::of(&vocab);
+        Prompter { vocab, templates, probe, engine }
     }
 
     pub fn probe(&self) -> &Probe {
         &self.probe
     }
 
-    /// The constraint engine of this model's vocabulary, built on first need (None when it
-    /// cannot be built: grammars then run on llama.cpp's sampler).
-    pub fn engine(&self) -> Option<&Arc<crate::grammar::engine::Engine>> {
-        self.engine.get_or_init(|| crate::grammar::engine::Engine::new(&self.vocab).ok().map(Arc::new))
-            .as_ref()
+    /// The constraint engine of this model's vocabulary, and how long this call waited for its
+    /// build (None when it cannot be built: grammars then run on llama.cpp's sampler).
+    pub fn engine(&self) -> (Option<&Arc<crate::grammar::engine::Engine>>, std::time::Duration) {
+        self.engine.get()
     }
 
-    /// The running grammar for `spec` (see [`crate::grammar::Grammar::build`]).
-    pub fn grammar(&self, spec: &GrammarSpec) -> Result<crate::grammar::Grammar> {
-        let (g, stats) = crate::grammar::Grammar::build(&self.vocab, spec, self.engine())?;
+    /// The running grammar for `spec` (see [`crate::grammar::Grammar::build`]), and how long it
+    /// waited for the model's constraint engine.
+    pub fn grammar(&self, spec: &GrammarSpec) -> Result<(crate::grammar::Grammar, std::time::Duration)> {
+        let (engine, waited) = self.engine();
+        let (g, stats) = crate::grammar::Grammar::build(&self.vocab, spec, engine)?;
         if crate::debug::enabled() {
-            eprintln!("[llb] grammar build: {stats:?}");
+            eprintln!("[llb] grammar build: {stats:?}, waited {waited:?} for the engine");
         }
-        Ok(g)
+        Ok((g, waited))
     }
 
     fn apply_inputs(

@@ -94,6 +94,10 @@ pub struct Stats {
     pub t_generate: Duration,
     /// Of `t_generate`: waiting for the model's next logits (the decode, in the scheduler).
     pub t_model: Duration,
+    /// Of `t_model`, `llama_decode` itself.
+    pub t_decode: Duration,
+    /// Before the first token: waiting for the model's constraint engine to be built.
+    pub t_engine_wait: Duration,
     /// Of `t_generate`: the sampler chain.
     pub t_sampling: Duration,
     /// Of `t_generate`: the grammar (masks, checks, accepting tokens).
@@ -321,8 +325,13 @@ fn timings(s: &Stats) -> Value {
         // Of predicted_ms: waiting for the model's logits, the sampler chain, and the grammar
         // (masks, checks, accepting); the rest is llb's own work (parsing, streaming, stops).
         "model_ms": ms(s.t_model),
+        // Of model_ms: llama_decode itself (predicted_ms - decode_ms is llb's host work).
+        "decode_ms": ms(s.t_decode),
         "sampling_ms": ms(s.t_sampling),
         "grammar_ms": ms(s.t_grammar),
+        // How long the request waited for the model's constraint engine (built
+        // once per model, in the background from the first engine's create on).
+        "constraint_wait_ms": ms(s.t_engine_wait),
     })
 }
 

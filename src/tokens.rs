@@ -7,28 +7,64 @@
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Model;
 use crate::sys;
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// A token id of the model's vocabulary (llama.cpp's `llama_token`).
 pub type Token = sys::llama_token;
 
 /// A model's vocabulary. It holds the model, so the vocabulary stays valid as long as the
-/// `Vocab` lives; the indexes over it are built on first need and shared by every request (any
-/// thread may use it: llama.cpp's vocabulary is immutable once loaded).
+/// `Vocab` lives; the indexes over it are built once per loaded model and shared by every
+/// engine, pool and request on it (any thread may use it: llama.cpp's vocabulary is immutable
+/// once loaded).
 pub struct Vocab {
     model: Arc<Model>,
     n_tokens: i32,
-    /// piece text → token, built on first need (exact spelling, jump-forward).
+    indexes: Arc<Indexes>,
+}
+
+/// What is built over a vocabulary once per loaded model (issue 31: not per engine, and not
+/// while a request waits when [`Vocab::prepare`] ran at create).
+#[derive(Default)]
+struct Indexes {
+    /// piece text → token (exact spelling, jump-forward).
     pieces: OnceLock<PieceIndex>,
-    /// The tokens that are never valid UTF-8, built on first need.
+    /// The tokens that are never valid UTF-8.
     not_utf8: OnceLock<Vec<Token>>,
 }
 
 impl Vocab {
-    /// The vocabulary of `model`.
+    /// The vocabulary of `model`, with the indexes its other `Vocab`s built already.
     pub fn new(model: Arc<Model>) -> Vocab {
+        static SHARED: Mutex<Option<HashMap<u64, Weak<Indexes>>>> = Mutex::new(None);
         let n_tokens = model.n_vocab() as i32;
-        Vocab { model, n_tokens, pieces: OnceLock::new(), not_utf8: OnceLock::new() }
+        let mut guard = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        let all = guard.get_or_insert_with(HashMap::new);
+        let indexes = match all.get(&model.id).and_then(Weak::upgrade) {
+            Some(i) => i,
+            None => {
+                all.retain(|_, w| w.strong_count() > 0);
+                let i = Arc::new(Indexes::default());
+                all.insert(model.id, Arc::downgrade(&i));
+                i
+            }
+        };
+        Vocab { model, n_tokens, indexes }
+    }
+
+    /// The loaded model's identity (unique in the process; see [`Model::id`]).
+    pub fn model_id(&self) -> u64 {
+        self.model.id
+    }
+
+    /// Builds every index a request may need (pieces, never-UTF-8 tokens) now, and returns each
+    /// token's bytes (special tokens by their text) and whether it ends a generation. Done once
+    /// per model when it loads, so that no request waits for it.
+    pub fn prepare(&self) -> Vec<(Vec<u8>, bool)> {
+        let special: Vec<Vec<u8>> = (0..self.n_tokens).map(|t| self.piece(t, true)).collect();
+        let _ = self.not_utf8_tokens();
+        self.indexes.pieces.get_or_init(|| PieceIndex::from_pieces(special.iter().cloned().zip(0..)));
+        special.into_iter().zip(0..).map(|(p, t)| (p, self.is_eog(t))).collect()
     }
 
     /// llama.cpp's vocabulary, for the grammar layer: valid as long as `self` lives.
@@ -96,7 +132,7 @@ impl Vocab {
 
     /// The vocabulary's pieces (special tokens rendered), indexed on first need.
     pub fn pieces(&self) -> &PieceIndex {
-        self.pieces.get_or_init(|| PieceIndex::from_pieces((0..self.n_tokens).map(|t| (self.piece(t, true), t))))
+        self.indexes.pieces.get_or_init(|| PieceIndex::from_pieces((0..self.n_tokens).map(|t| (self.piece(t, true), t))))
     }
 
     /// Tokens whose pieces spell `text` exactly (see [`PieceIndex::spell`]).
@@ -107,7 +143,8 @@ impl Vocab {
     /// The byte tokens that are invalid UTF-8 wherever they stand ([`crate::utf8::never_valid`]:
     /// byte-fallback and byte-level tokens for C0, C1, F5–FF), sorted, found on first need.
     pub fn not_utf8_tokens(&self) -> &[Token] {
-        self.not_utf8
+        self.indexes
+            .not_utf8
             .get_or_init(|| (0..self.n_tokens).filter(|&t| crate::utf8::never_valid(&self.piece(t, false))).collect())
     }
 }

@@ -14,8 +14,8 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{self, SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory, TokenParser};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 /// Compiled grammars kept per model (least recently used dropped first).
 const CACHE_SIZE: usize = 32;
@@ -40,6 +40,77 @@ impl TokenizerEnv for Vocab {
     /// every token that fits; jump-forward spells forced text with the model's tokenizer.
     fn tokenize_is_canonical(&self) -> bool {
         false
+    }
+}
+
+/// llguidance's words for a vocabulary's tokens (bytes and end-of-generation flag, from
+/// [`crate::tokens::Vocab::prepare`]), and the end-of-generation tokens. Tokens that are never
+/// text — end-of-generation tokens (allowed where the grammar may end), and pieces llama.cpp's
+/// grammar refuses (empty, or starting with NUL) — become llguidance special tokens by id.
+fn words(pieces: Vec<(Vec<u8>, bool)>) -> (Vec<Vec<u8>>, Vec<u32>) {
+    let mut eog = Vec::new();
+    let words = pieces
+        .into_iter()
+        .enumerate()
+        .map(|(id, (piece, is_eog))| {
+            if !is_eog && piece.first().is_some_and(|&b| b != 0) {
+                return piece;
+            }
+            eog.extend(is_eog.then_some(id as u32));
+            let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+            w.extend(format!("<[{id}]>").bytes());
+            w
+        })
+        .collect();
+    (words, eog)
+}
+
+/// A model's constraint engine, built once per loaded model in the background as the model's
+/// first engine or pool opens (issue 31: a first constrained request used to wait ~0.4-0.75 s
+/// for it) and shared by every engine and pool on the model.
+pub struct Shared {
+    cell: OnceLock<Option<Arc<Engine>>>,
+}
+
+impl Shared {
+    /// The model's engine, and how long this call waited for it to be built (None when it could
+    /// not be built: grammars then run on llama.cpp's sampler).
+    pub fn get(&self) -> (Option<&Arc<Engine>>, Duration) {
+        if let Some(e) = self.cell.get() {
+            return (e.as_ref(), Duration::ZERO);
+        }
+        let t = Instant::now();
+        (self.cell.wait().as_ref(), t.elapsed())
+    }
+
+    /// The engine of `vocab`'s model: the one already built or being built, else one started
+    /// now. The vocabulary's pieces are read here, on the caller's thread (the model is loaded
+    /// and alive); the trie and llguidance's tables are built on a thread of their own, which
+    /// holds no model.
+    pub fn of(vocab: &crate::tokens::Vocab) -> Arc<Shared> {
+        static ALL: Mutex<Option<HashMap<u64, Weak<Shared>>>> = Mutex::new(None);
+        let mut guard = ALL.lock().unwrap_or_else(|p| p.into_inner());
+        let all = guard.get_or_insert_with(HashMap::new);
+        if let Some(s) = all.get(&vocab.model_id()).and_then(Weak::upgrade) {
+            return s;
+        }
+        all.retain(|_, w| w.strong_count() > 0);
+        let shared = Arc::new(Shared { cell: OnceLock::new() });
+        all.insert(vocab.model_id(), Arc::downgrade(&shared));
+        drop(guard);
+        let (words, eog) = words(vocab.prepare());
+        let building = shared.clone();
+        let build = move || {
+            let _ = building.cell.set(Engine::from_words(words, eog).ok().map(Arc::new));
+        };
+        if let Err(e) = std::thread::Builder::new().name("llb-grammar-prep".into()).spawn(build) {
+            // No thread: the engine stays unbuilt and grammars use llama.cpp's sampler.
+            let _ = shared.cell.set(None);
+            if crate::debug::enabled() {
+                eprintln!("[llb] cannot start the grammar engine's thread: {e}");
+            }
+        }
+        shared
     }
 }
 
@@ -73,22 +144,7 @@ pub struct BuildStats {
 impl Engine {
     /// Builds the engine for `vocab`.
     pub fn new(vocab: &crate::tokens::Vocab) -> Result<Engine> {
-        let n = vocab.n_tokens().max(0) as usize;
-        let mut words = Vec::with_capacity(n);
-        let mut eog = Vec::new();
-        for id in 0..n as i32 {
-            let (is_eog, piece) = (vocab.is_eog(id), vocab.piece(id, true));
-            if is_eog || piece.is_empty() || piece[0] == 0 {
-                // Never text: end-of-generation tokens are allowed where the grammar may end,
-                // and llama.cpp's grammar refuses empty pieces and pieces starting with NUL.
-                eog.extend(is_eog.then_some(id as u32));
-                let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
-                w.extend(format!("<[{id}]>").bytes());
-                words.push(w);
-            } else {
-                words.push(piece);
-            }
-        }
+        let (words, eog) = words(vocab.prepare());
         Engine::from_words(words, eog)
     }
 

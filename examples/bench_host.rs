@@ -1,0 +1,229 @@
+//! llb's host work per token and its first-request cost (issue 31), measured in one run:
+//!  (a) host work per generated token — `predicted_ms − decode_ms` over `predicted_n`, everything
+//!      llb does that is not `llama_decode` — on a fixture with the qwen2 vocabulary (151,936
+//!      tokens) and a tiny body, at T=0 and at T=1 with top_p 0.95 (goals: ≤ 0.05 / ≤ 0.10 ms);
+//!  (b) plain decode tokens/s, llb's engine against llama-server (`LLB_LLAMA_SERVER`, from the
+//!      pinned tree: scripts/llama-server.sh) on the same fixture with the same threads;
+//!  (c) a fresh engine's and a fresh pool's first strict request against their second (goal:
+//!      ≤ 20 ms apart): everything but the prompt's evaluation;
+//!  (d) response_format json_schema against plain decoding, ms per token at T=1 (goal ≤ 1.10×).
+//!
+//!   scripts/bench-host.sh          (or: cargo run --release --example bench_host)
+//!   LLB_BENCH_THREADS=N            compute threads for both (default 2)
+
+use llb::engine::{Engine, Pool};
+use llb::fixture::{self, FixtureOptions, Size};
+use llb::request::EngineConfig;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const REPS: usize = 5;
+const MAX_TOKENS: u32 = 128;
+
+fn threads() -> i32 {
+    std::env::var("LLB_BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2)
+}
+
+fn fixture_path() -> PathBuf {
+    let dir = std::env::temp_dir().join("llb-bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bench-host-qwen2-tiny.gguf");
+    if !path.exists() {
+        let mut o = FixtureOptions::new("qwen2");
+        o.template = Some(fixture::read_template("Qwen-Qwen2.5-7B-Instruct").unwrap());
+        o.size = Size::Tiny;
+        fixture::write_fixture(&o, &path).unwrap();
+    }
+    path
+}
+
+fn config(path: &Path) -> EngineConfig {
+    EngineConfig {
+        model_path: path.to_string_lossy().into_owned(),
+        n_ctx: Some(4096),
+        n_threads: Some(threads()),
+        adaptive_threads: Some(false),
+        ..Default::default()
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn plain(temperature: f64, user: &str) -> Value {
+    json!({"messages": [{"role": "user", "content": user}], "temperature": temperature, "top_p": 0.95,
+        "max_tokens": MAX_TOKENS, "seed": 7})
+}
+
+fn strict(user: &str) -> Value {
+    json!({"messages": [{"role": "user", "content": user}], "tools": fixture::sample_tools(),
+        "tool_choice": "required", "temperature": 0, "max_tokens": 48})
+}
+
+fn with_schema(mut req: Value) -> Value {
+    req["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "w", "strict": true, "schema": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+        "notes": {"type": "array", "items": {"type": "string"}}}, "required": ["city", "days", "notes"]}}});
+    req
+}
+
+fn infer(e: &Engine, req: &Value) -> Value {
+    e.infer(&req.to_string()).unwrap()
+}
+
+/// (a) Host ms per token and decode ms per token, medians over REPS requests.
+fn host_work(e: &Engine, temperature: f64) -> (f64, f64, f64) {
+    let mut host = Vec::new();
+    let mut decode = Vec::new();
+    let mut n = 0.0;
+    for i in 0..REPS {
+        let r = infer(e, &plain(temperature, &format!("Tell me a long story, number {i}.")));
+        let t = &r["timings"];
+        let tokens = t["predicted_n"].as_f64().unwrap().max(1.0);
+        let (predicted, dec) = (t["predicted_ms"].as_f64().unwrap(), t["decode_ms"].as_f64().unwrap());
+        host.push((predicted - dec) / tokens);
+        decode.push(dec / tokens);
+        n += tokens;
+    }
+    (median(host), median(decode), n / REPS as f64)
+}
+
+/// llb's decode tokens/s (median), same requests as the peer's.
+fn llb_rate(e: &Engine, temperature: f64) -> f64 {
+    let rates = (0..REPS).map(|i| {
+        let r = infer(e, &plain(temperature, &format!("Tell me a long story, number {i}.")));
+        r["timings"]["predicted_per_second"].as_f64().unwrap()
+    });
+    median(rates.collect())
+}
+
+/// A llama-server on a free loopback port, killed on drop.
+struct Server(Child, u16);
+
+impl Server {
+    fn start(bin: &str, model: &Path) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let t = threads().to_string();
+        let child = Command::new(bin)
+            .args(["-m", model.to_str().unwrap(), "--port", &port.to_string(), "-c", "4096", "--jinja"])
+            .args(["--parallel", "1", "-t", &t, "-tb", &t, "--no-warmup"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let s = Server(child, port);
+        for _ in 0..600 {
+            if s.call("GET", "/health", "").is_some_and(|b| b.contains("ok")) {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("llama-server did not start");
+    }
+
+    fn call(&self, method: &str, path: &str, body: &str) -> Option<String> {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.1)).ok()?;
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        c.write_all(head.as_bytes()).ok()?;
+        c.write_all(body.as_bytes()).ok()?;
+        let mut out = String::new();
+        c.read_to_string(&mut out).ok()?;
+        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+    }
+
+    fn rate(&self, temperature: f64) -> f64 {
+        let rates = (0..REPS).map(|i| {
+            let body = plain(temperature, &format!("Tell me a long story, number {i}.")).to_string();
+            let out = self.call("POST", "/v1/chat/completions", &body).expect("llama-server answered nothing");
+            let v: Value = serde_json::from_str(&out).expect("llama-server's answer is JSON");
+            v["timings"]["predicted_per_second"].as_f64().expect("llama-server reported no timings")
+        });
+        median(rates.collect())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Everything but the prompt's evaluation, in ms: what a request costs beyond reading it.
+fn beyond_prompt(run: impl Fn() -> Value) -> f64 {
+    let t = Instant::now();
+    let r = run();
+    let wall = t.elapsed().as_secs_f64() * 1e3;
+    assert!(r["choices"][0]["message"]["tool_calls"].as_array().is_some_and(|c| !c.is_empty()), "no call: {r}");
+    wall - r["timings"]["prompt_ms"].as_f64().unwrap()
+}
+
+/// (c) First and second strict request of a fresh engine, then of a fresh pool (ms).
+fn first_requests(path: &Path) -> [(f64, f64); 2] {
+    let e = Engine::create(config(path), None).unwrap();
+    let engine = (beyond_prompt(|| infer(&e, &strict("Weather in Paris?"))), beyond_prompt(|| infer(&e, &strict("Weather in Rome?"))));
+    drop(e);
+    let mut cfg = config(path);
+    cfg.n_parallel = Some(2);
+    let p = Pool::create(cfg).unwrap();
+    let run = |user: &str| p.infer(&strict(user).to_string(), &|_| true).unwrap();
+    let pool = (beyond_prompt(|| run("Weather in Oslo?")), beyond_prompt(|| run("Weather in Lima?")));
+    [engine, pool]
+}
+
+/// (d) ms per token with response_format json_schema and without, at T=1.
+fn schema_ratio(e: &Engine) -> (f64, f64) {
+    let per_token = |req: &Value| {
+        let r = infer(e, req);
+        let t = &r["timings"];
+        t["predicted_ms"].as_f64().unwrap() / t["predicted_n"].as_f64().unwrap().max(1.0)
+    };
+    let mut plain_ms = Vec::new();
+    let mut schema_ms = Vec::new();
+    for i in 0..REPS {
+        let user = format!("Describe the weather of city {i} as JSON.");
+        plain_ms.push(per_token(&plain(1.0, &user)));
+        schema_ms.push(per_token(&with_schema(plain(1.0, &user))));
+    }
+    (median(plain_ms), median(schema_ms))
+}
+
+fn main() {
+    llb::init_backend();
+    let path = fixture_path();
+    println!("fixture: {} (qwen2 vocabulary, 151,936 tokens; tiny body), {} threads, {MAX_TOKENS} tokens, median of {REPS}", path.display(), threads());
+    // (c) first: a fresh process has built nothing for this model yet.
+    let [(e1, e2), (p1, p2)] = first_requests(&path);
+    let e = Engine::create(config(&path), None).unwrap();
+    println!("\n(a) host work per token (predicted_ms - decode_ms) / predicted_n");
+    for t in [0.0, 1.0] {
+        let (host, decode, n) = host_work(&e, t);
+        let goal = if t == 0.0 { 0.05 } else { 0.10 };
+        println!("  T={t}: host {host:.3} ms/token (goal <= {goal}), decode {decode:.3} ms/token, {n:.0} tokens");
+    }
+    println!("\n(b) plain decode, tokens/s (same fixture, {} threads)", threads());
+    let peer = std::env::var("LLB_LLAMA_SERVER").ok().map(|bin| Server::start(&bin, &path));
+    for t in [0.0, 1.0] {
+        let ours = llb_rate(&e, t);
+        match &peer {
+            Some(s) => {
+                let theirs = s.rate(t);
+                println!("  T={t}: llb {ours:.1}, llama-server {theirs:.1} -> llb {:.2}x", ours / theirs);
+            }
+            None => println!("  T={t}: llb {ours:.1} (set LLB_LLAMA_SERVER for the peer)"),
+        }
+    }
+    println!("\n(c) strict request (required, 1 tool set), everything but prompt_ms, ms");
+    println!("  fresh engine: first {e1:.1}, second {e2:.1} -> {:+.1} ms (goal <= 20)", e1 - e2);
+    println!("  fresh pool:   first {p1:.1}, second {p2:.1} -> {:+.1} ms (goal <= 20)", p1 - p2);
+    let (plain_ms, schema_ms) = schema_ratio(&e);
+    println!("\n(d) T=1: plain {plain_ms:.3} ms/token, json_schema {schema_ms:.3} -> {:.2}x (goal <= 1.10)", schema_ms / plain_ms);
+}
