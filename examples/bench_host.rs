@@ -76,10 +76,12 @@ fn infer(e: &Engine, req: &Value) -> Value {
     e.infer(&req.to_string()).unwrap()
 }
 
-/// (a) Host ms per token and decode ms per token, medians over REPS requests.
-fn host_work(e: &Engine, temperature: f64) -> (f64, f64, f64) {
+/// (a) Host ms per token, decode ms per token and sampling ms per token, medians over REPS
+/// requests, and the mean number of tokens.
+fn host_work(e: &Engine, temperature: f64) -> (f64, f64, f64, f64) {
     let mut host = Vec::new();
     let mut decode = Vec::new();
+    let mut sampling = Vec::new();
     let mut n = 0.0;
     for i in 0..REPS {
         let r = infer(e, &plain(temperature, &format!("Tell me a long story, number {i}.")));
@@ -88,9 +90,10 @@ fn host_work(e: &Engine, temperature: f64) -> (f64, f64, f64) {
         let (predicted, dec) = (t["predicted_ms"].as_f64().unwrap(), t["decode_ms"].as_f64().unwrap());
         host.push((predicted - dec) / tokens);
         decode.push(dec / tokens);
+        sampling.push(t["sampling_ms"].as_f64().unwrap() / tokens);
         n += tokens;
     }
-    (median(host), median(decode), n / REPS as f64)
+    (median(host), median(decode), median(sampling), n / REPS as f64)
 }
 
 /// llb's decode tokens/s (median), same requests as the peer's.
@@ -205,9 +208,9 @@ fn main() {
     let e = Engine::create(config(&path), None).unwrap();
     println!("\n(a) host work per token (predicted_ms - decode_ms) / predicted_n");
     for t in [0.0, 1.0] {
-        let (host, decode, n) = host_work(&e, t);
+        let (host, decode, sampling, n) = host_work(&e, t);
         let goal = if t == 0.0 { 0.05 } else { 0.10 };
-        println!("  T={t}: host {host:.3} ms/token (goal <= {goal}), decode {decode:.3} ms/token, {n:.0} tokens");
+        println!("  T={t}: host {host:.3} ms/token (goal <= {goal}; of it sampling {sampling:.3}), decode {decode:.3} ms/token, {n:.0} tokens");
     }
     println!("\n(b) plain decode, tokens/s (same fixture, {} threads)", threads());
     let peer = std::env::var("LLB_LLAMA_SERVER").ok().map(|bin| Server::start(&bin, &path));

@@ -72,7 +72,6 @@ impl Run<'_> {
             sampling: SampleStats::default(),
             model_wait: Duration::ZERO,
             decode_time: Duration::ZERO,
-            engine_wait: Duration::ZERO,
         };
         let ticket = place.join(prompt.clone());
         let (n_cached, first) = self.prefill(&ticket, n_prompt)?;
@@ -149,8 +148,6 @@ struct Generation<'a> {
     /// Of that, the time `llama_decode` itself took (the rest is the scheduler's and the
     /// hand-over between threads).
     decode_time: Duration,
-    /// How long the grammar waited for the model's constraint engine to be built.
-    engine_wait: Duration,
 }
 
 /// How a request's tokens are chosen: its sampler (chain and grammar), the call-syntax
@@ -167,13 +164,9 @@ impl Generation<'_> {
     /// The decoder of this request: its sampler over the plan's grammar (advanced past a
     /// grammar prefill), deterministic call syntax (on unless the request or the config turns it
     /// off, for plans whose call format is known), its reasoning budget and jump-forward.
-    fn decoder(&mut self, prompter: &Prompter) -> Result<Decoder> {
+    fn decoder(&self, prompter: &Prompter) -> Result<Decoder> {
         let grammar = match self.plan.grammar.as_ref().filter(|g| !g.gbnf.is_empty()) {
-            Some(spec) => {
-                let (g, waited) = prompter.grammar(spec)?;
-                self.engine_wait = waited;
-                Some(g)
-            }
+            Some(spec) => Some(prompter.grammar(spec)?),
             None => None,
         };
         let mut smpl = Sampler::new(self.vocab.clone(), &self.req.sampling, grammar);
@@ -436,7 +429,6 @@ impl Generation<'_> {
             forced_tokens: self.n_forced,
             t_model: self.model_wait,
             t_decode: self.decode_time,
-            t_engine_wait: self.engine_wait,
             t_sampling: self.sampling.chain,
             t_grammar: self.sampling.grammar,
             ..stats

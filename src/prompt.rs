@@ -78,13 +78,14 @@ pub struct Prompter {
     vocab: Arc<Vocab>,
     templates: Templates,
     probe: Probe,
-    /// The model's constraint engine (built once per model, in the background from create on).
-    engine: Arc<crate::grammar::engine::Shared>,
+    /// The model's constraint engine (built at create, once per vocabulary; None when it
+    /// cannot be built: grammars then run on llama.cpp's sampler).
+    engine: Option<Arc<crate::grammar::engine::Engine>>,
 }
 
 impl Prompter {
     pub fn new(vocab: Arc<Vocab>, templates: Templates, probe: Probe) -> Prompter {
-        let engine = crate::grammar::engine::Shared::of(&vocab);
+        let engine = crate::grammar::engine::for_vocab(&vocab);
         Prompter { vocab, templates, probe, engine }
     }
 
@@ -92,21 +93,19 @@ impl Prompter {
         &self.probe
     }
 
-    /// The constraint engine of this model's vocabulary, and how long this call waited for its
-    /// build (None when it cannot be built: grammars then run on llama.cpp's sampler).
-    pub fn engine(&self) -> (Option<&Arc<crate::grammar::engine::Engine>>, std::time::Duration) {
-        self.engine.get()
+    /// The constraint engine of this model's vocabulary (None when it cannot be built:
+    /// grammars then run on llama.cpp's sampler).
+    pub fn engine(&self) -> Option<&Arc<crate::grammar::engine::Engine>> {
+        self.engine.as_ref()
     }
 
-    /// The running grammar for `spec` (see [`crate::grammar::Grammar::build`]), and how long it
-    /// waited for the model's constraint engine.
-    pub fn grammar(&self, spec: &GrammarSpec) -> Result<(crate::grammar::Grammar, std::time::Duration)> {
-        let (engine, waited) = self.engine();
-        let (g, stats) = crate::grammar::Grammar::build(&self.vocab, spec, engine)?;
+    /// The running grammar for `spec` (see [`crate::grammar::Grammar::build`]).
+    pub fn grammar(&self, spec: &GrammarSpec) -> Result<crate::grammar::Grammar> {
+        let (g, stats) = crate::grammar::Grammar::build(&self.vocab, spec, self.engine())?;
         if crate::debug::enabled() {
-            eprintln!("[llb] grammar build: {stats:?}, waited {waited:?} for the engine");
+            eprintln!("[llb] grammar build: {stats:?}");
         }
-        Ok((g, waited))
+        Ok(g)
     }
 
     fn apply_inputs(

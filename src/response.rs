@@ -96,8 +96,6 @@ pub struct Stats {
     pub t_model: Duration,
     /// Of `t_model`, `llama_decode` itself.
     pub t_decode: Duration,
-    /// Before the first token: waiting for the model's constraint engine to be built.
-    pub t_engine_wait: Duration,
     /// Of `t_generate`: the sampler chain.
     pub t_sampling: Duration,
     /// Of `t_generate`: the grammar (masks, checks, accepting tokens).
@@ -329,9 +327,6 @@ fn timings(s: &Stats) -> Value {
         "decode_ms": ms(s.t_decode),
         "sampling_ms": ms(s.t_sampling),
         "grammar_ms": ms(s.t_grammar),
-        // How long the request waited for the model's constraint engine (built
-        // once per model, in the background from the first engine's create on).
-        "constraint_wait_ms": ms(s.t_engine_wait),
     })
 }
 

@@ -89,11 +89,12 @@ unsafe fn choose_in(
 /// vector max instructions (a scalar scan of a 151,936-token row took ~85 µs, this ~6 µs).
 const LANES: usize = 16;
 
-/// The largest logit of a chunk of [`LANES`] (NaN ignored).
-fn chunk_max(c: &[f32]) -> f32 {
+/// The largest logit of a chunk of [`LANES`] (NaN ignored). A fixed-size array, so the lanes
+/// become vector instructions.
+fn chunk_max(c: &[f32; LANES]) -> f32 {
     let mut m = [f32::NEG_INFINITY; LANES];
-    for (m, &x) in m.iter_mut().zip(c) {
-        *m = if x > *m { x } else { *m };
+    for i in 0..LANES {
+        m[i] = if c[i] > m[i] { c[i] } else { m[i] };
     }
     m.into_iter().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
 }
@@ -112,31 +113,55 @@ fn argmax(row: &[f32]) -> Option<usize> {
     row.iter().position(|&x| x == best)
 }
 
-/// The `k` best candidates of `row` into `out`, best first (ties: lower id first). One pass in
-/// chunks: a chunk whose best logit is below the k-th best so far is skipped whole.
+/// Every `STRIDE`-th logit is a sample that sets [`top_k`]'s threshold.
+const STRIDE: usize = 64;
+
+/// The `k` best candidates of `row` into `out`, best first (ties: lower id first). Exact, in
+/// two vectorized passes: a threshold no higher than the k-th best logit is read from a strided
+/// sample (its few best values: about 4k logits of the row are at or above it), then only the
+/// logits at or above it are collected and ordered. When fewer than k are, every logit is.
 fn top_k(row: &[f32], k: usize, out: &mut Vec<sys::llama_token_data>) {
     let better = |a: &sys::llama_token_data, b: &sys::llama_token_data| b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id));
-    out.clear();
     let k = k.min(row.len()).max(1);
-    let mut floor = f32::NEG_INFINITY;
-    for (n, c) in row.chunks(LANES).enumerate() {
-        if out.len() >= k && chunk_max(c) < floor {
-            continue;
-        }
-        for (i, &logit) in c.iter().enumerate() {
-            if logit < floor || (out.len() >= k && logit == floor) {
-                continue;
-            }
-            out.push(sys::llama_token_data { id: (n * LANES + i) as i32, logit, p: 0.0 });
-            if out.len() == 2 * k {
-                out.select_nth_unstable_by(k - 1, better);
-                out.truncate(k);
-                floor = out.iter().map(|t| t.logit).fold(f32::INFINITY, f32::min);
-            }
-        }
+    let mut sample: Vec<f32> = row.iter().step_by(STRIDE).copied().collect();
+    let q = (4 * k).div_ceil(STRIDE) + 2;
+    let threshold = if row.len() >= 16 * STRIDE && q < sample.len() {
+        sample.select_nth_unstable_by(q - 1, |a, b| b.total_cmp(a));
+        sample[q - 1]
+    } else {
+        f32::NEG_INFINITY
+    };
+    collect_at_least(row, threshold, out);
+    if out.len() < k {
+        collect_at_least(row, f32::NEG_INFINITY, out);
+    }
+    if out.len() > k {
+        out.select_nth_unstable_by(k - 1, better);
+        out.truncate(k);
     }
     out.sort_unstable_by(better);
-    out.truncate(k);
+}
+
+/// The logits of `row` at or above `threshold` into `out` (all of them at -infinity), in id
+/// order; a chunk whose best is below the threshold is skipped with one vector comparison.
+fn collect_at_least(row: &[f32], threshold: f32, out: &mut Vec<sys::llama_token_data>) {
+    out.clear();
+    let take = |out: &mut Vec<sys::llama_token_data>, base: usize, c: &[f32]| {
+        for (i, &logit) in c.iter().enumerate() {
+            if logit >= threshold || threshold == f32::NEG_INFINITY {
+                out.push(sys::llama_token_data { id: (base + i) as i32, logit, p: 0.0 });
+            }
+        }
+    };
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for (n, c) in chunks.enumerate() {
+        let c: &[f32; LANES] = c.try_into().expect("chunks_exact");
+        if chunk_max(c) >= threshold || threshold == f32::NEG_INFINITY {
+            take(out, n * LANES, c);
+        }
+    }
+    take(out, row.len() - rest.len(), rest);
 }
 
 /// Adds logit_bias and the penalties to the front of `chain`, as llama.cpp's common_sampler

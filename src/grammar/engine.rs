@@ -14,8 +14,9 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{self, SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory, TokenParser};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 /// Compiled grammars kept per model (least recently used dropped first).
 const CACHE_SIZE: usize = 32;
@@ -65,53 +66,59 @@ fn words(pieces: Vec<(Vec<u8>, bool)>) -> (Vec<Vec<u8>>, Vec<u32>) {
     (words, eog)
 }
 
-/// A model's constraint engine, built once per loaded model in the background as the model's
-/// first engine or pool opens (issue 31: a first constrained request used to wait ~0.4-0.75 s
-/// for it) and shared by every engine and pool on the model.
-pub struct Shared {
-    cell: OnceLock<Option<Arc<Engine>>>,
+/// Constraint engines kept per vocabulary, most recently used last: a process that reloads a
+/// model, or opens several models on one tokenizer, builds each engine once.
+const ENGINES_KEPT: usize = 4;
+
+/// How many engines this process built (tests count them: a request never builds one).
+static BUILDS: AtomicUsize = AtomicUsize::new(0);
+
+/// Constraint engines built so far in this process.
+pub fn builds() -> usize {
+    BUILDS.load(Ordering::Relaxed)
 }
 
-impl Shared {
-    /// The model's engine, and how long this call waited for it to be built (None when it could
-    /// not be built: grammars then run on llama.cpp's sampler).
-    pub fn get(&self) -> (Option<&Arc<Engine>>, Duration) {
-        if let Some(e) = self.cell.get() {
-            return (e.as_ref(), Duration::ZERO);
-        }
-        let t = Instant::now();
-        (self.cell.wait().as_ref(), t.elapsed())
-    }
+type Slot = Arc<OnceLock<Option<Arc<Engine>>>>;
 
-    /// The engine of `vocab`'s model: the one already built or being built, else one started
-    /// now. The vocabulary's pieces are read here, on the caller's thread (the model is loaded
-    /// and alive); the trie and llguidance's tables are built on a thread of their own, which
-    /// holds no model.
-    pub fn of(vocab: &crate::tokens::Vocab) -> Arc<Shared> {
-        static ALL: Mutex<Option<HashMap<u64, Weak<Shared>>>> = Mutex::new(None);
-        let mut guard = ALL.lock().unwrap_or_else(|p| p.into_inner());
-        let all = guard.get_or_insert_with(HashMap::new);
-        if let Some(s) = all.get(&vocab.model_id()).and_then(Weak::upgrade) {
-            return s;
+/// The constraint engine of `vocab`'s model: built here, when the model's engine or pool opens,
+/// once per distinct vocabulary in the process (issue 31: a first constrained request used to
+/// wait ~0.4-0.75 s for it), and shared by every engine and pool on it. Concurrent opens on one
+/// vocabulary wait for the one build. None when it cannot be built: grammars then run on
+/// llama.cpp's sampler.
+pub fn for_vocab(vocab: &crate::tokens::Vocab) -> Option<Arc<Engine>> {
+    let t = Instant::now();
+    let pieces = vocab.prepare();
+    let key = {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&pieces, &mut h);
+        std::hash::Hasher::finish(&h)
+    };
+    let slot = slot(key);
+    let engine = slot.get_or_init(|| {
+        BUILDS.fetch_add(1, Ordering::Relaxed);
+        let (words, eog) = words(pieces);
+        let e = Engine::from_words(words, eog).ok().map(Arc::new);
+        if crate::debug::enabled() {
+            eprintln!("[llb] grammar engine built in {:?}", t.elapsed());
         }
-        all.retain(|_, w| w.strong_count() > 0);
-        let shared = Arc::new(Shared { cell: OnceLock::new() });
-        all.insert(vocab.model_id(), Arc::downgrade(&shared));
-        drop(guard);
-        let (words, eog) = words(vocab.prepare());
-        let building = shared.clone();
-        let build = move || {
-            let _ = building.cell.set(Engine::from_words(words, eog).ok().map(Arc::new));
-        };
-        if let Err(e) = std::thread::Builder::new().name("llb-grammar-prep".into()).spawn(build) {
-            // No thread: the engine stays unbuilt and grammars use llama.cpp's sampler.
-            let _ = shared.cell.set(None);
-            if crate::debug::enabled() {
-                eprintln!("[llb] cannot start the grammar engine's thread: {e}");
-            }
-        }
-        shared
+        e
+    });
+    engine.clone()
+}
+
+/// The kept slot of vocabulary `key` (a new one, the least recently used dropped, when none).
+fn slot(key: u64) -> Slot {
+    static KEPT: Mutex<Vec<(u64, Slot)>> = Mutex::new(Vec::new());
+    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    let slot = match kept.iter().position(|(k, _)| *k == key) {
+        Some(i) => kept.remove(i).1,
+        None => Slot::default(),
+    };
+    kept.push((key, slot.clone()));
+    if kept.len() > ENGINES_KEPT {
+        kept.remove(0);
     }
+    slot
 }
 
 /// A compiled grammar, ready to be cloned for a request.
