@@ -449,12 +449,12 @@ impl Generation<'_> {
         }
         let text = String::from_utf8_lossy(bytes).into_owned();
         let msg = match self.parse_final(&text, cut) {
-            Ok((m, _)) if placed_nothing(&m, &text) => self.salvage(&text, None),
+            Ok((m, _)) if placed_nothing(&m, &text) => self.salvage(&text, cut, None),
             Ok((m, incomplete)) => {
                 self.warn_incomplete(&incomplete);
                 m
             }
-            Err(e) => self.salvage(&text, Some(e.message)),
+            Err(e) => self.salvage(&text, cut, Some(e.message)),
         };
         let mut msg = if self.plan.parse_tool_calls { msg } else { ParsedMsg { tool_calls: vec![], ..msg } };
         if self.plan.single_call && msg.tool_calls.len() > 1 {
@@ -465,21 +465,23 @@ impl Generation<'_> {
     }
 
     /// The message of an output whose whole text did not parse (`why`, None: it parsed and
-    /// placed nothing): its lenient parse (a cut call closed), else the parse of its longest
-    /// prefix, at a token boundary, that places something. With calls, the rest is reported in an `unparsed_remainder` warning; without,
+    /// placed nothing; `cut`: by `max_tokens` or cancellation): its lenient parse (a cut call
+    /// closed), else the parse of its longest prefix, at a token boundary, that places
+    /// something; a reply that was not cut needs a complete call to keep its calls. With calls, the rest is reported in an `unparsed_remainder` warning; without,
     /// it is appended to the content (never dropped). Only the last [`SALVAGE_TRIES`]
     /// boundaries are tried; when none parses, the whole text is the content.
-    fn salvage(&mut self, text: &str, why: Option<String>) -> ParsedMsg {
+    fn salvage(&mut self, text: &str, cut: bool, why: Option<String>) -> ParsedMsg {
         let reason = why.clone().unwrap_or_else(|| "the template's parser placed none of it".into());
         // Read as cut (leniently, a cut call closed), as the partial parses that streamed it did:
-        // the whole text first, then its prefixes.
-        let cut = true;
+        // the whole text first, then its prefixes. A reply that ended (a stop string) keeps its
+        // calls so only when one of them is complete.
+        let (ended, cut) = (!cut, true);
         let mut ends = self.token_ends(text);
         ends.push(text.len());
         let mut tries = ends.iter().rev().take(SALVAGE_TRIES);
         while let Some(&end) = tries.next() {
             let Ok((mut m, incomplete)) = self.parse_final(&text[..end], cut) else { continue };
-            if placed_nothing(&m, &text[..end]) {
+            if placed_nothing(&m, &text[..end]) || (ended && !m.tool_calls.is_empty() && incomplete.len() == m.tool_calls.len()) {
                 continue;
             }
             // The shortest prefix with the same message: the remainder is all the parser did not
