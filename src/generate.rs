@@ -446,9 +446,9 @@ impl Generation<'_> {
         (completion, reply)
     }
 
-    /// Parses the whole output; a reply that does not parse, or a call whose arguments are not a
-    /// JSON object (llama.cpp's lenient parser returns such calls from replies cut short), comes
-    /// back as raw content with a `tool_call_parse_failed` warning.
+    /// Parses the whole output. A reply that does not parse, or whose parse places none of it,
+    /// is salvaged ([`Generation::salvage`]): the calls and text of its longest prefix that
+    /// parses, so a complete call is never lost to a remainder that does not parse.
     fn final_message(&mut self, finish: Finish) -> ParsedMsg {
         let cut = matches!(finish, Finish::Length | Finish::Cancelled);
         // A reply cut inside a character (a multi-byte marker such as DeepSeek-V3.2's `｜`) ends
@@ -463,25 +463,12 @@ impl Generation<'_> {
         }
         let text = String::from_utf8_lossy(bytes).into_owned();
         let msg = match self.parse_final(&text, cut) {
-            // The parser placed none of a non-blank output (a call cut before its name was whole,
-            // or text it holds back as a possible call): the text is kept as content, never dropped.
-            Ok(m)
-                if m.tool_calls.is_empty()
-                    && m.content.trim().is_empty()
-                    && m.reasoning_content.trim().is_empty()
-                    && !text.trim().is_empty() =>
-            {
-                self.response.warn("unparsed_text_kept", "the template's parser placed none of the output (a call cut before its name was complete, or text held back as a possible call): it is returned as content".into());
-                ParsedMsg { content: text, ..Default::default() }
+            Ok((m, _)) if placed_nothing(&m, &text) => self.salvage(&text, cut, None),
+            Ok((m, incomplete)) => {
+                self.warn_incomplete(&incomplete);
+                m
             }
-            Ok(m) => m,
-            Err(e) => {
-                self.response.warn(
-                    "tool_call_parse_failed",
-                    format!("the output did not parse as this template's format: {}", e.message),
-                );
-                ParsedMsg { content: text, ..Default::default() }
-            }
+            Err(e) => self.salvage(&text, cut, Some(e.message)),
         };
         let mut msg = if self.plan.parse_tool_calls { msg } else { ParsedMsg { tool_calls: vec![], ..msg } };
         if self.plan.single_call && msg.tool_calls.len() > 1 {
@@ -491,12 +478,86 @@ impl Generation<'_> {
         msg
     }
 
-    /// The parse of the whole output `text` (`cut`: by `max_tokens` or cancellation). A call
-    /// cut short gets its arguments closed into valid JSON, the members that had not started
-    /// dropped (src/partial_json.rs), and a warning; other incomplete arguments are an error.
-    fn parse_final(&mut self, text: &str, cut: bool) -> Result<ParsedMsg> {
+    /// The message of an output whose whole text did not parse (`why`, None: it parsed and
+    /// placed nothing; `cut`: by `max_tokens` or cancellation): its lenient parse (a cut call
+    /// closed), else the parse of its longest prefix, at a token boundary, that places
+    /// something; a reply that was not cut needs a complete call to keep its calls. With calls, the rest is reported in an `unparsed_remainder` warning; without,
+    /// it is appended to the content (never dropped). Only the last [`SALVAGE_TRIES`]
+    /// boundaries are tried; when none parses, the whole text is the content.
+    fn salvage(&mut self, text: &str, cut: bool, why: Option<String>) -> ParsedMsg {
+        let reason = why.clone().unwrap_or_else(|| "the template's parser placed none of it".into());
+        // Read as cut (leniently, a cut call closed), as the partial parses that streamed it did:
+        // the whole text first, then its prefixes. A reply that ended (a stop string) keeps its
+        // calls so only when one of them is complete.
+        let (ended, cut) = (!cut, true);
+        let mut ends = self.token_ends(text);
+        ends.push(text.len());
+        let mut tries = ends.iter().rev().take(SALVAGE_TRIES);
+        while let Some(&end) = tries.next() {
+            let Ok((mut m, incomplete)) = self.parse_final(&text[..end], cut) else { continue };
+            if placed_nothing(&m, &text[..end]) || (ended && !m.tool_calls.is_empty() && incomplete.len() == m.tool_calls.len()) {
+                continue;
+            }
+            // The shortest prefix with the same message: the remainder is all the parser did not
+            // place (it may pass over the start of a call it cannot finish).
+            let mut end = end;
+            for &shorter in tries.by_ref() {
+                match self.parse_final(&text[..shorter], cut) {
+                    Ok((s, _)) if s == m => end = shorter,
+                    _ => break,
+                }
+            }
+            self.warn_incomplete(&incomplete);
+            let rest = &text[end..];
+            if m.tool_calls.is_empty() {
+                m.content.push_str(rest);
+                self.response.warn("unparsed_text_kept", format!("the end of the output did not parse as this template's format ({reason}): it is appended to the content as it was written"));
+            } else if !rest.is_empty() {
+                let n = m.tool_calls.len();
+                self.response.warn_remainder(format!("the output after its last call did not parse as this template's format ({reason}): the {n} call(s) before it are returned, and the remainder is not"), rest);
+            }
+            return m;
+        }
+        match why {
+            None => self.response.warn("unparsed_text_kept", "the template's parser placed none of the output (a call cut before its name was complete, or text held back as a possible call): it is returned as content".into()),
+            Some(why) => self.response.warn("tool_call_parse_failed", format!("the output did not parse as this template's format: {why}")),
+        }
+        ParsedMsg { content: text.to_string(), ..Default::default() }
+    }
+
+    /// The byte offsets in `text` where the reply's tokens end (those inside `text`, on a
+    /// character boundary), in order.
+    fn token_ends(&self, text: &str) -> Vec<usize> {
+        let preserved = &self.plan.preserved;
+        let mut end = 0;
+        let mut out = Vec::with_capacity(self.gen_tokens.len());
+        for &t in &self.gen_tokens {
+            end += self.vocab.piece(t, preserved.contains(&t)).len();
+            if end >= text.len() {
+                break;
+            }
+            if text.is_char_boundary(end) && end > 0 {
+                out.push(end);
+            }
+        }
+        out
+    }
+
+    fn warn_incomplete(&mut self, incomplete: &[(String, String)]) {
+        for (name, closed) in incomplete {
+            self.response.warn("tool_call_incomplete", format!(
+                "the reply was cut inside the call to `{name}`: its arguments were closed where they stopped ({closed}); members not yet started were dropped"));
+        }
+    }
+
+    /// The parse of the output `text` (`cut`: by `max_tokens` or cancellation), and the calls cut
+    /// short (name, closed arguments): their arguments are closed into valid JSON, the members
+    /// that had not started dropped (src/partial_json.rs). Other incomplete arguments are an
+    /// error.
+    fn parse_final(&self, text: &str, cut: bool) -> Result<(ParsedMsg, Vec<(String, String)>)> {
         let partial = self.dropped_calls || cut;
         let mut m = self.plan.parser.parse(text, partial)?;
+        let mut incomplete = Vec::new();
         for c in &mut m.tool_calls {
             if serde_json::from_str::<Value>(&c.arguments).is_ok_and(|v| v.is_object()) {
                 continue;
@@ -505,8 +566,7 @@ impl Generation<'_> {
                 .or_else(|| c.arguments.trim().is_empty().then(|| "{}".to_string()));
             match closed.filter(|_| cut) {
                 Some(closed) if serde_json::from_str::<Value>(&closed).is_ok_and(|v| v.is_object()) => {
-                    self.response.warn("tool_call_incomplete", format!(
-                        "the reply was cut inside the call to `{}`: its arguments were closed where they stopped ({closed}); members not yet started were dropped", c.name));
+                    incomplete.push((c.name.clone(), closed.clone()));
                     c.arguments = closed;
                 }
                 _ if !partial || cut => {
@@ -518,8 +578,21 @@ impl Generation<'_> {
                 _ => {}
             }
         }
-        Ok(m)
+        Ok((m, incomplete))
     }
+}
+
+/// How many token boundaries [`Generation::salvage`] tries, from the end: a parse costs up to
+/// milliseconds, and a reply that parses nowhere near its end is kept as text.
+const SALVAGE_TRIES: usize = 64;
+
+/// Whether a parse of the non-blank `text` placed none of it (no call, no content, no
+/// reasoning): a call cut before its name was whole, or text held back as a possible call.
+fn placed_nothing(m: &ParsedMsg, text: &str) -> bool {
+    m.tool_calls.is_empty()
+        && m.content.trim().is_empty()
+        && m.reasoning_content.trim().is_empty()
+        && !text.trim().is_empty()
 }
 
 /// The reasoning budget of one reply (llama-server's `--reasoning-budget`, as llb runs it):

@@ -161,6 +161,12 @@ impl<'a> Response<'a> {
         self.warnings.push(json!({"code": code, "message": message}));
     }
 
+    /// Records an `unparsed_remainder` warning: the output's end after its last call, which
+    /// did not parse and is not in the message, as it was written (`remainder`).
+    pub fn warn_remainder(&mut self, message: String, remainder: &str) {
+        self.warnings.push(json!({"code": "unparsed_remainder", "message": message, "remainder": remainder}));
+    }
+
     /// Records one generated token's logprobs (`logprobs: true` requests); `piece` gives a
     /// token's bytes.
     pub fn push_logprob(&mut self, lp: &TokenLogprob, piece: impl Fn(Token) -> Vec<u8>) {

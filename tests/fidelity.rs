@@ -178,6 +178,11 @@ impl<'de> Visitor<'de> for NoDupVisitor {
 #[test]
 fn the_duplicate_detecting_reader_finds_duplicates() {
     assert!(serde_json::from_str::<NoDuplicates>(r#"{"a":1,"b":[{"c":1}]}"#).is_ok());
+    // It refuses what llama.cpp's parser refuses, too (issue 35).
+    for bad in [r#"{"a":"\uDBAB"}"#, r#"{"a":"\uDC00x"}"#, r#"{"a":"\ "}"#, "{\"a\":\"\u{1}\"}", r#"{"a":1e999}"#] {
+        assert!(serde_json::from_str::<NoDuplicates>(bad).is_err(), "{bad}");
+    }
+    assert!(serde_json::from_str::<NoDuplicates>(r#"{"a":"\uD83D\uDE00"}"#).is_ok());
     assert!(serde_json::from_str::<NoDuplicates>(r#"{"a":1,"a":2}"#).is_err());
     assert!(serde_json::from_str::<NoDuplicates>(r#"{"a":[{"c":1,"c":1}]}"#).is_err());
 }
@@ -224,6 +229,8 @@ fn check_reply(c: &Case, r: &Value, chunks: &[Value]) -> Option<String> {
             return Some(format!("named create_event, called {name}"));
         }
         let args = call["function"]["arguments"].as_str().unwrap_or("");
+        // serde_json reads escapes strictly: a lone surrogate (`\uDBAB`), an invalid escape or a
+        // raw control character fails here, as in llama.cpp's parser (issue 35).
         if let Err(e) = serde_json::from_str::<NoDuplicates>(args) {
             return Some(format!("{name} arguments {args}: {e}"));
         }
@@ -530,4 +537,100 @@ fn the_reasoning_budget_ends_thinking_and_leaves_room_for_the_call() {
     assert!(r["message"].as_str().unwrap().contains("reasoning_budget"), "{r}");
     bad["reasoning_budget"] = json!("many");
     assert_eq!(e.infer(&bad)["code"], "invalid_argument");
+}
+
+/// A reply holding one complete call and a second cut by `max_tokens` returns the first call
+/// whole (issue 35), streamed and not, in every family whose template allows parallel calls:
+/// the cut point sweeps from where the first call is complete to the reply's end. CI runs four
+/// families (`LLB_FIDELITY_SAMPLE=full`: all of them).
+#[test]
+fn a_complete_call_survives_a_cut_second_call() {
+    let families: Vec<(&str, &str)> = match sample() {
+        None => families(),
+        Some(_) => FIDELITY_FAMILIES
+            .iter()
+            .copied()
+            .filter(|(_, t)| ["Qwen-Qwen2.5-7B-Instruct", "Qwen3-Coder", "GLM-4.6", "MiniMax-M2"].contains(t))
+            .collect(),
+    };
+    let mut tested = Vec::new();
+    for (family, template) in families {
+        let e = CEngine::open_model(&corpus_fixture(template, false));
+        let c = Case { choice: "required", stream: false, parallel: true, thinking: false, seed: 0 };
+        let ask = |seed: u64, max_tokens: u64, stream: bool| {
+            let mut req = request(&Case { seed, stream, ..c }, &first_messages());
+            req["max_tokens"] = json!(max_tokens);
+            e.events.clear();
+            let r = e.infer(&req);
+            (r, e.events.chunks())
+        };
+        // A seed whose reply holds two calls or more (none: the template writes one call).
+        let Some((seed, full)) = (1..=6).map(|s| (s, ask(s, 200, false).0)).find(|(_, r)| r["choices"][0]["message"]["tool_calls"].as_array().is_some_and(|a| a.len() >= 2)) else {
+            eprintln!("{family}: no reply with two calls in 6 seeds (one call per reply): skipped");
+            continue;
+        };
+        let first = &full["choices"][0]["message"]["tool_calls"][0]["function"];
+        let n = full["usage"]["completion_tokens"].as_u64().unwrap();
+        let whole_first = |r: &Value| &r["choices"][0]["message"]["tool_calls"][0]["function"] == first;
+        // The first cut point at which the first call is complete (binary search).
+        let (mut lo, mut hi) = (1, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if whole_first(&ask(seed, mid, false).0) { hi = mid } else { lo = mid + 1 }
+        }
+        let second_ends = n - 1;
+        for k in [lo, lo + 1, lo + 3, (lo + second_ends) / 2, second_ends].into_iter().filter(|&k| k <= second_ends) {
+            for stream in [false, true] {
+                let (r, chunks) = ask(seed, k, stream);
+                let label = format!("{family} seed {seed} max_tokens {k}/{n} stream {stream}");
+                assert!(whole_first(&r), "{label}: the complete first call was lost: {r}\nfull reply: {full}");
+                assert_eq!(r["choices"][0]["finish_reason"], "length", "{label}: {r}");
+                if let Some(why) = check_reply(&Case { seed, stream, ..c }, &r, &chunks) {
+                    panic!("{label}: {why}: {r}");
+                }
+            }
+        }
+        tested.push(family);
+    }
+    println!("families with a complete call before a cut one: {tested:?}");
+    assert!(tested.len() >= 2, "only {tested:?} wrote two calls: the test does not test");
+}
+
+/// A stop string inside a second call: the first call, complete, is returned (it was lost with
+/// the whole reply as raw text before issue 35), the second closed where it stopped, streamed
+/// and not, the stream equal to the reply.
+#[test]
+fn a_stop_string_inside_a_second_call_keeps_the_first() {
+    let e = CEngine::open_model(&corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false));
+    let c = Case { choice: "required", stream: false, parallel: true, thinking: false, seed: 0 };
+    let names = |r: &Value| -> Vec<String> {
+        r["choices"][0]["message"]["tool_calls"].as_array().into_iter().flatten().map(|c| c["function"]["name"].as_str().unwrap().to_string()).collect()
+    };
+    // A reply with two calls whose second holds a string value the first does not: a stop
+    // string on that value cuts the second call (the wrapper is greedy: one tool name).
+    let args = |r: &Value, i: usize| r["choices"][0]["message"]["tool_calls"][i]["function"]["arguments"].as_str().unwrap_or("").to_string();
+    let (seed, full, stop) = (1..=20)
+        .map(|s| (s, e.infer(&request(&Case { seed: s, ..c }, &first_messages()))))
+        .find_map(|(s, r)| {
+            let v: Value = serde_json::from_str(&args(&r, 1)).ok()?;
+            let value = v.as_object()?.values().find_map(|x| x.as_str().filter(|t| !t.is_empty()))?.to_string();
+            let stop = serde_json::to_string(&value).unwrap();
+            (names(&r).len() >= 2 && !args(&r, 0).contains(&stop)).then_some((s, r, stop))
+        })
+        .expect("no seed in 20 wrote two calls with distinct string values");
+    let first = names(&full)[0].clone();
+    for stream in [false, true] {
+        let mut req = request(&Case { seed, stream, ..c }, &first_messages());
+        req["stop"] = json!([stop]);
+        e.events.clear();
+        let r = e.infer(&req);
+        let label = format!("seed {seed} stream {stream}");
+        // The first call whole; the second, cut by the stop string, closed where it stopped.
+        assert_eq!(r["choices"][0]["message"]["tool_calls"][0]["function"], full["choices"][0]["message"]["tool_calls"][0]["function"], "{label}: {r}\nfull: {full}");
+        assert_eq!(names(&r), [first.clone(), first.clone()], "{label}: {r}");
+        assert!(r["warnings"].as_array().unwrap().iter().any(|w| w["code"] == "tool_call_incomplete"), "{label}: {r}");
+        if stream {
+            common::cabi::assert_stream_matches(&label, &e.events.chunks(), &r);
+        }
+    }
 }

@@ -4,6 +4,8 @@
 //!   trigger regexes) and a reader for what llama.cpp's chat stack writes.
 //! - [`strict`]: llb's strict tool-call grammars (tool_choice required or named): llama.cpp's
 //!   call section rewritten to enforce each tool's JSON Schema, and the schema checks.
+//! - [`json`]: the JSON inside any grammar admits only what JSON parsers accept (surrogate
+//!   escapes in pairs, JSON escapes, no control characters, exponents no double overflows on).
 //! - [`lark`]: GBNF → llguidance's Lark dialect (regular rules become terminals).
 //! - [`engine`]: the constraint engine, llguidance's token masks over the model's vocabulary,
 //!   with a bounded cache of compiled grammars per model.
@@ -15,6 +17,7 @@
 
 pub mod engine;
 pub mod gbnf;
+pub mod json;
 pub mod lark;
 pub mod llama;
 pub mod strict;
@@ -44,7 +47,9 @@ fn engine_enabled() -> bool {
 impl Grammar {
     /// The running grammar for `spec`: on the engine when it takes the grammar, else on
     /// llama.cpp's sampler (which reports a grammar that does not parse as `invalid_argument`).
+    /// Every grammar passes here, so its JSON is made parsable here ([`json::parsable`]).
     pub fn build(vocab: &Arc<Vocab>, spec: &GrammarSpec, engine: Option<&Arc<Engine>>) -> Result<(Grammar, Option<BuildStats>)> {
+        let spec = &GrammarSpec { gbnf: json::parsable(&spec.gbnf), ..spec.clone() };
         let token_id = |t: &str| vocab.single_token(t).map(|t| t as u32);
         if let Some(engine) = engine.filter(|_| engine_enabled()) {
             match engine.compile(&spec.gbnf, &token_id) {

@@ -685,14 +685,6 @@ pub fn mistral_call_ids(body: &str) -> String {
     format!(r#"{}"\"" [a-zA-Z0-9]{{9}} "\""{rest}"#, &body[..open])
 }
 
-/// JSON strings hold no raw control characters: llama.cpp's PEG string content is
-/// `[^"\\]`, which admits U+0000-U+001F that every JSON reader (the templates' parsers
-/// included) refuses, so a grammar-conforming call could fail to parse. Rewritten to the class
-/// llama.cpp's JSON-schema converter uses for its own strings.
-pub fn json_strings_without_controls(body: &str) -> String {
-    body.replace(r#"[^"\\]"#, r#"[^"\\\x7F\x00-\x1F]"#)
-}
-
 /// Gemma 4 dicts shaped by the schema, and optional raw-text arguments at most once.
 fn schema_shaped_args(rules: &mut Vec<(String, String)>, tools: &[Tool]) {
     let index: HashMap<String, usize> = rules.iter().enumerate().map(|(i, (n, _))| (n.clone(), i)).collect();
@@ -720,7 +712,6 @@ fn schema_shaped_args(rules: &mut Vec<(String, String)>, tools: &[Tool]) {
         if b.contains("(space (") {
             *b = optional_args_once(b);
         }
-        *b = json_strings_without_controls(b);
         if b.contains(r#"id\"""#) {
             *b = mistral_call_ids(b);
         }
@@ -1148,15 +1139,6 @@ mod tests {
         for other in ["(space (tool-call))*", "(space (tool-f-arg-a | \"x\"))*", "(space (tool-f-arg-a))+"] {
             assert_eq!(optional_args_once(other), other);
         }
-    }
-
-    #[test]
-    fn json_string_content_admits_no_control_characters() {
-        let body = r#""\"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"""#;
-        let out = json_strings_without_controls(body);
-        assert!(out.contains(r#"[^"\\\x7F\x00-\x1F]"#), "{out}");
-        assert!(!out.contains(r#"[^"\\]"#));
-        assert_eq!(json_strings_without_controls(r#"[^"]"#), r#"[^"]"#);
     }
 
     #[test]
