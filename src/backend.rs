@@ -285,6 +285,16 @@ pub fn backends() -> Vec<String> {
     }
 }
 
+/// Whether a device does every step's work: every layer and the output offloaded (`-1` is only
+/// ever set when a GPU or RPC device is there; llama.cpp counts the output as layer
+/// `n_layer + 1`) and the KV cache with them. The host's compute threads then only wait, and
+/// tuning their count step by step measures noise (issue 31: 38-969 re-tunes per run on an
+/// H100 for no gain).
+pub fn device_does_the_work(load: &LoadParams, ctx: &ContextParams, n_layer: i32) -> bool {
+    let all_layers = load.n_gpu_layers == -1 || load.n_gpu_layers > n_layer;
+    all_layers && ctx.offload_kqv
+}
+
 /// The model-load side of the config: part of the key under which loaded models are shared
 /// (two engines share weights only when they load them the same way).
 #[derive(Debug, Clone, PartialEq)]
@@ -588,6 +598,19 @@ fn context_params(config: &EngineConfig) -> Result<ContextParams> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 31: the thread tuner stays off only when a device does every step's work.
+    #[test]
+    fn a_device_does_the_work_only_with_every_layer_and_the_kv_cache_on_it() {
+        let load = |n| LoadParams { n_gpu_layers: n, ..LoadParams::default() };
+        let ctx = ContextParams::default();
+        assert!(device_does_the_work(&load(-1), &ctx, 28));
+        assert!(device_does_the_work(&load(29), &ctx, 28), "n_layer + 1 counts the output");
+        assert!(!device_does_the_work(&load(28), &ctx, 28), "the output layer stays on the CPU");
+        assert!(!device_does_the_work(&load(0), &ctx, 28), "CPU only");
+        let kv_on_host = ContextParams { offload_kqv: false, ..ContextParams::default() };
+        assert!(!device_does_the_work(&load(-1), &kv_on_host, 28), "attention runs on the host");
+    }
 
     #[test]
     fn the_rpc_peer_timeout_is_checked() {

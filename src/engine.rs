@@ -91,7 +91,9 @@ impl Chat {
                 n_parallel: s.n_parallel as usize,
                 max_queue: s.max_queue,
                 n_threads: s.n_threads,
-                adaptive_threads: s.adaptive_threads,
+                // With every layer on a device the tuner would only measure noise (issue 31).
+                adaptive_threads: s.adaptive_threads
+                    && !crate::backend::device_does_the_work(&load, &ctx_params, model.n_layer()),
                 thread_poll: s.thread_poll,
                 backend: ctx_params,
             },

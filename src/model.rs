@@ -56,6 +56,12 @@ impl Model {
         n_layer * (n_embd / n_head) * n_head_kv
     }
 
+    /// How many repeating layers the model has.
+    pub fn n_layer(&self) -> i32 {
+        // SAFETY: raw is a live model.
+        unsafe { sys::llama_model_n_layer(self.raw) }
+    }
+
     /// Checks that a quantized KV type's blocks divide this model's attention heads (ggml stores
     /// the cache per head); llama.cpp would refuse or assert otherwise.
     pub fn check_kv_types(&self, cp: &ContextParams) -> Result<()> {

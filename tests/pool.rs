@@ -488,3 +488,32 @@ fn a_burst_of_64_gets_exactly_the_bound_and_the_rest_at_once() {
     let s = p.stats();
     assert_eq!((s["running"].as_u64(), s["queued"].as_u64(), s["preparing"].as_u64()), (Some(0), Some(0), Some(0)), "{s}");
 }
+
+/// Issue 31: what a constrained request needs per vocabulary is built when the engine or pool
+/// opens, once per vocabulary, and shared: counted work, not a timer. A fresh engine's first
+/// strict request builds no constraint engine; a second handle on the same model builds none at
+/// create either, and its first request reuses the grammar the first handle compiled.
+#[test]
+fn a_fresh_handles_first_strict_request_builds_nothing_per_vocabulary() {
+    let _s = serial();
+    use llb::grammar::engine::{builds, compiles};
+    let mut o = llb::fixture::FixtureOptions::new("qwen2");
+    o.template = Some(llb::fixture::read_template("Qwen-Qwen2.5-7B-Instruct").unwrap());
+    let path = fixture_with("pool-first-request-qwen2", &o);
+    let config = json!({"model_path": path, "n_ctx": 2048, "n_parallel": 1, "n_threads": 1});
+    let before = builds();
+    let a = CPool::open(&config).unwrap();
+    assert_eq!(builds(), before + 1, "the first handle on a new vocabulary builds its engine at create");
+    let compiled = compiles();
+    check("first", &a.infer(&request(Kind::Required, 1, false)), Kind::Required);
+    assert_eq!(builds(), before + 1, "a request never builds an engine");
+    assert_eq!(compiles(), compiled + 1, "the first request compiles its tool set's grammar, once");
+    let b = CPool::open(&config).unwrap();
+    check("second handle", &b.infer(&request(Kind::Required, 2, false)), Kind::Required);
+    assert_eq!((builds(), compiles()), (before + 1, compiled + 1), "the second handle shares both");
+    drop((a, b));
+    // The model is freed with its last handle; its vocabulary's engine is kept for the next.
+    let c = CPool::open(&config).unwrap();
+    check("after a reload", &c.infer(&request(Kind::Required, 3, false)), Kind::Required);
+    assert_eq!((builds(), compiles()), (before + 1, compiled + 1));
+}

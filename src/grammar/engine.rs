@@ -73,9 +73,17 @@ const ENGINES_KEPT: usize = 4;
 /// How many engines this process built (tests count them: a request never builds one).
 static BUILDS: AtomicUsize = AtomicUsize::new(0);
 
+/// How many grammars this process compiled (a tool set seen before on a vocabulary is not).
+static COMPILES: AtomicUsize = AtomicUsize::new(0);
+
 /// Constraint engines built so far in this process.
 pub fn builds() -> usize {
     BUILDS.load(Ordering::Relaxed)
+}
+
+/// Grammars compiled so far in this process (cache misses).
+pub fn compiles() -> usize {
+    COMPILES.load(Ordering::Relaxed)
 }
 
 type Slot = Arc<OnceLock<Option<Arc<Engine>>>>;
@@ -186,6 +194,7 @@ impl Engine {
             }
         }
         let t0 = Instant::now();
+        COMPILES.fetch_add(1, Ordering::Relaxed);
         let parsed = gbnf::parse(gbnf_text).map_err(|e| invalid(format!("the grammar does not parse: {e}")))?;
         let lark_text = lark::convert(&parsed, token_id).map_err(invalid)?;
         let t1 = Instant::now();
