@@ -38,7 +38,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LLB_LLAMA_BUILD_DIR");
     println!("cargo:rerun-if-env-changed=LLB_BLESS_HEADER");
     println!("cargo::rustc-check-cfg=cfg(llb_rpc)");
-    for var in ["LLB_CUDA", "LLB_VULKAN", "LLB_RPC", "LLB_METAL", "CUDA_PATH", "VULKAN_SDK"] {
+    for var in ["LLB_CUDA", "LLB_CUDA_ARCHS", "LLB_VULKAN", "LLB_RPC", "LLB_METAL", "CUDA_PATH", "VULKAN_SDK"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     // The tools checked below: a build that failed for want of one reruns anyway, these make a
@@ -301,6 +301,11 @@ impl Backends {
         let mut d = Vec::new();
         if self.cuda {
             d.push(("GGML_CUDA", "ON"));
+            // LLB_CUDA_ARCHS=90 (H100), "89;90", native...: CMAKE_CUDA_ARCHITECTURES (docs/gpu.md);
+            // unset, ggml's own list. A build script's process is short: the leak is its lifetime.
+            if let Ok(archs) = env::var("LLB_CUDA_ARCHS") {
+                d.push(("CMAKE_CUDA_ARCHITECTURES", Box::leak(archs.into_boxed_str())));
+            }
         }
         if self.vulkan {
             d.push(("GGML_VULKAN", "ON"));

@@ -10,6 +10,8 @@
 //!
 //!   scripts/bench-host.sh          (or: cargo run --release --example bench_host)
 //!   LLB_BENCH_THREADS=N            compute threads for both (default 2)
+//!   LLB_BENCH_MODEL=m.gguf         another model (a tool template; scripts/bench-gpu.sh's shapes)
+//!   LLB_BENCH_NGL=N                layers on the GPU for both (-1: all; default: each one's own)
 
 use llb::engine::{Engine, Pool};
 use llb::fixture::{self, FixtureOptions, Size};
@@ -27,7 +29,14 @@ fn threads() -> i32 {
     std::env::var("LLB_BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2)
 }
 
+fn ngl() -> Option<i32> {
+    std::env::var("LLB_BENCH_NGL").ok().and_then(|v| v.parse().ok())
+}
+
 fn fixture_path() -> PathBuf {
+    if let Ok(m) = std::env::var("LLB_BENCH_MODEL") {
+        return PathBuf::from(m);
+    }
     let dir = std::env::temp_dir().join("llb-bench");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("bench-host-qwen2-tiny.gguf");
@@ -46,6 +55,7 @@ fn config(path: &Path) -> EngineConfig {
         n_ctx: Some(4096),
         n_threads: Some(threads()),
         adaptive_threads: Some(false),
+        n_gpu_layers: ngl(),
         ..Default::default()
     }
 }
@@ -115,6 +125,7 @@ impl Server {
         let child = Command::new(bin)
             .args(["-m", model.to_str().unwrap(), "--port", &port.to_string(), "-c", "4096", "--jinja"])
             .args(["--parallel", "1", "-t", &t, "-tb", &t, "--no-warmup"])
+            .args(ngl().map(|n| vec!["-ngl".to_string(), if n < 0 { "999".into() } else { n.to_string() }]).unwrap_or_default())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -202,7 +213,7 @@ fn schema_ratio(e: &Engine) -> (f64, f64) {
 fn main() {
     llb::init_backend();
     let path = fixture_path();
-    println!("fixture: {} (qwen2 vocabulary, 151,936 tokens; tiny body), {} threads, {MAX_TOKENS} tokens, median of {REPS}", path.display(), threads());
+    println!("model: {}, {} threads, {MAX_TOKENS} tokens, median of {REPS}", path.display(), threads());
     // (c) first: a fresh process has built nothing for this model yet.
     let [(e1, e2), (p1, p2)] = first_requests(&path);
     let e = Engine::create(config(&path), None).unwrap();

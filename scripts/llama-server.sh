@@ -6,6 +6,8 @@
 # server's sources compile (~3 minutes on 2 cores).
 #   scripts/llama-server.sh            # build (if needed) and print the binary's path
 #   LLB_LLAMA_SERVER_OPENMP=1 scripts/llama-server.sh
+#   LLB_CUDA=1 scripts/llama-server.sh  # with ggml's CUDA backend (CMAKE_CUDA_ARCHITECTURES from
+#                                      # LLB_CUDA_ARCHS, default: the card's own, "native")
 #                                      # llama.cpp's default build (ggml on OpenMP), as a user
 #                                      # gets it; nothing reused from the library's build
 set -euo pipefail
@@ -19,6 +21,11 @@ native=ON; [ "${LLB_PORTABLE:-0}" = 1 ] && native=OFF
 omp="${LLB_LLAMA_SERVER_OPENMP:-0}"
 openmp=OFF; suffix=""
 [ "$omp" = 1 ] && { openmp=ON; suffix="-openmp"; }
+cuda=()
+if [ "${LLB_CUDA:-0}" = 1 ]; then
+  suffix="$suffix-cuda"
+  cuda=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${LLB_CUDA_ARCHS:-native}" -DGGML_CUDA_NCCL=OFF)
+fi
 dir="$PWD/target/llama-server/native-$native$suffix"
 bin="$dir/bin/llama-server"
 if [ ! -x "$bin" ]; then
@@ -32,13 +39,13 @@ if [ ! -x "$bin" ]; then
     -DCMAKE_C_FLAGS=" -w" -DCMAKE_CXX_FLAGS=" -w" -DCMAKE_ASM_FLAGS=" -w" -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
     -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_OPENMP=$openmp -DGGML_NATIVE=$native >/dev/null
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_OPENMP=$openmp -DGGML_NATIVE=$native "${cuda[@]}" >/dev/null
   # Reuse the library's own build (build.rs: target/llama.cpp-build/<key>, same tree, same options):
   # its ggml, llama and common archives are copied in, and only the server's own objects (server,
   # mtmd, cpp-httplib, ui stub) are compiled; then the archives and the binary are made with the
   # commands CMake wrote for them. Without such a build, everything is built here.
   lib=""
-  for c in $( [ "$omp" = 1 ] || ls -td "$PWD"/target/llama.cpp-build/*/build 2>/dev/null); do
+  for c in $( [ "$omp" = 1 ] || [ ${#cuda[@]} -gt 0 ] || ls -td "$PWD"/target/llama.cpp-build/*/build 2>/dev/null); do
     cache="$c/CMakeCache.txt"
     [ -f "$c/src/libllama.a" ] && [ -f "$c/common/libllama-common.a" ] || continue
     grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$src" "$cache" && grep -qx "GGML_NATIVE:BOOL=$native" "$cache" || continue
