@@ -89,16 +89,6 @@ unsafe fn choose_in(
 /// vector max instructions (a scalar scan of a 151,936-token row took ~85 µs, this ~6 µs).
 const LANES: usize = 16;
 
-/// The largest logit of a chunk of [`LANES`] (NaN ignored). A fixed-size array, so the lanes
-/// become vector instructions.
-fn chunk_max(c: &[f32; LANES]) -> f32 {
-    let mut m = [f32::NEG_INFINITY; LANES];
-    for i in 0..LANES {
-        m[i] = if c[i] > m[i] { c[i] } else { m[i] };
-    }
-    m.into_iter().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
-}
-
 /// The index of the first maximum of `row` (llama.cpp's greedy sampler's choice).
 fn argmax(row: &[f32]) -> Option<usize> {
     let mut m = [f32::NEG_INFINITY; LANES];
@@ -142,23 +132,37 @@ fn top_k(row: &[f32], k: usize, out: &mut Vec<sys::llama_token_data>) {
     out.sort_unstable_by(better);
 }
 
+/// Logits per block of [`collect_at_least`]'s scan.
+const BLOCK: usize = 64;
+
+/// Whether a block holds a logit at or above `t`: compares OR-ed lane by lane (vector
+/// instructions, one reduction per block: ~7 µs for a 151,936-token row, where a per-chunk max
+/// took ~23 µs).
+fn any_at_least(c: &[f32; BLOCK], t: f32) -> bool {
+    let mut acc = 0u32;
+    for &x in c {
+        acc |= (x >= t) as u32;
+    }
+    acc != 0
+}
+
 /// The logits of `row` at or above `threshold` into `out` (all of them at -infinity), in id
-/// order; a chunk whose best is below the threshold is skipped with one vector comparison.
+/// order; a block with none is skipped with vector comparisons.
 fn collect_at_least(row: &[f32], threshold: f32, out: &mut Vec<sys::llama_token_data>) {
     out.clear();
+    let all = threshold == f32::NEG_INFINITY;
     let take = |out: &mut Vec<sys::llama_token_data>, base: usize, c: &[f32]| {
         for (i, &logit) in c.iter().enumerate() {
-            if logit >= threshold || threshold == f32::NEG_INFINITY {
+            if all || logit >= threshold {
                 out.push(sys::llama_token_data { id: (base + i) as i32, logit, p: 0.0 });
             }
         }
     };
-    let chunks = row.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for (n, c) in chunks.enumerate() {
-        let c: &[f32; LANES] = c.try_into().expect("chunks_exact");
-        if chunk_max(c) >= threshold || threshold == f32::NEG_INFINITY {
-            take(out, n * LANES, c);
+    let blocks = row.chunks_exact(BLOCK);
+    let rest = blocks.remainder();
+    for (n, c) in blocks.enumerate() {
+        if all || any_at_least(c.try_into().expect("chunks_exact"), threshold) {
+            take(out, n * BLOCK, c);
         }
     }
     take(out, row.len() - rest.len(), rest);

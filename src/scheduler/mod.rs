@@ -137,7 +137,15 @@ struct Shared {
     state: Mutex<State>,
     wake: Condvar,
     config: SchedConfig,
+    /// Tokens submitted so far (any request): the scheduler watches it while it briefly spins
+    /// for a request that is sampling ([`SUBMIT_SPIN`]).
+    submits: std::sync::atomic::AtomicU64,
 }
+
+/// How long the scheduler spins, before it sleeps, for the token of a request that got its
+/// logits: sampling takes tens of µs, and waking a sleeping thread costs as much again on every
+/// token (issue 31: every host-side µs per token shows on a GPU).
+const SUBMIT_SPIN: Duration = Duration::from_micros(60);
 
 pub struct Scheduler {
     shared: Arc<Shared>,
@@ -186,7 +194,12 @@ impl Scheduler {
             lost: None,
             reserved: 0,
         };
-        let shared = Arc::new(Shared { state: Mutex::new(state), wake: Condvar::new(), config });
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            wake: Condvar::new(),
+            config,
+            submits: std::sync::atomic::AtomicU64::new(0),
+        });
         // SAFETY: live context; the worker frees the pool after the context.
         let pool = unsafe { ComputePool::attach(ctx, shared.config.n_threads, shared.config.thread_poll) };
         let ctx = Context(ctx);
@@ -316,6 +329,7 @@ impl Ticket {
             j.spare = row;
         }
         drop(st);
+        self.shared.submits.fetch_add(1, std::sync::atomic::Ordering::Release);
         self.shared.wake.notify_all();
     }
 }
@@ -328,6 +342,14 @@ impl Drop for Ticket {
         }
         drop(st);
         self.shared.wake.notify_all();
+    }
+}
+
+/// Spins (without the state's lock) until a token is submitted after `seen`, or `limit` passed.
+fn spin_for_submit(shared: &Shared, seen: u64, limit: Duration) {
+    let start = Instant::now();
+    while shared.submits.load(std::sync::atomic::Ordering::Acquire) == seen && start.elapsed() < limit {
+        std::hint::spin_loop();
     }
 }
 
@@ -411,6 +433,7 @@ impl Worker {
     fn next_batch(&mut self) -> Option<Vec<Entry>> {
         let shared = self.shared.clone();
         let mut st = lock(&shared.state);
+        let mut spun = false;
         loop {
             if st.shutdown {
                 return None;
@@ -421,6 +444,14 @@ impl Worker {
             let grace = self.last_decode.max(Duration::from_millis(2));
             let latest = st.jobs.iter().filter_map(|j| j.state.sampling_since()).max();
             if let Some(left) = latest.and_then(|t| grace.checked_sub(t.elapsed())) {
+                let seen = shared.submits.load(std::sync::atomic::Ordering::Acquire);
+                if !spun {
+                    spun = true;
+                    drop(st);
+                    spin_for_submit(&shared, seen, left.min(SUBMIT_SPIN));
+                    st = lock(&shared.state);
+                    continue;
+                }
                 st = shared.wake.wait_timeout(st, left).unwrap_or_else(|p| p.into_inner()).0;
                 continue;
             }
