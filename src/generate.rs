@@ -422,7 +422,9 @@ impl Generation<'_> {
                 String::from_utf8_lossy(&self.bytes)
             );
         }
+        // What the response will hold: the final message, made to extend what was streamed.
         let msg = self.final_message(finish);
+        let msg = self.response.settle(msg);
         let tool_call_ids = self.response.call_ids(msg.tool_calls.len()).to_vec();
         let stats = Stats {
             completion_tokens: self.n_sampled,
