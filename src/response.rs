@@ -493,7 +493,7 @@ mod tests {
         // A streamed call the final message lacks, or whose arguments it changed: closed where
         // the stream left it, under its streamed name.
         let partial = msg("", "", &[("search_docs", r#"{"query":"do"#)]);
-        let (s, f) = stream_then_complete(&[partial.clone()], &msg("raw text", "", &[]));
+        let (s, f) = stream_then_complete(std::slice::from_ref(&partial), &msg("raw text", "", &[]));
         assert_eq!(s, f);
         assert_eq!(f["calls"], json!([["search_docs", r#"{"query":"do"}"#]]));
         let (s, f) = stream_then_complete(&[partial], &msg("", "", &[("other", r#"{"x":1}"#), ("b", "{}")]));
