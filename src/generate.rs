@@ -422,7 +422,9 @@ impl Generation<'_> {
                 String::from_utf8_lossy(&self.bytes)
             );
         }
+        // What the response will hold: the final message, made to extend what was streamed.
         let msg = self.final_message(finish);
+        let msg = self.response.settle(msg);
         let tool_call_ids = self.response.call_ids(msg.tool_calls.len()).to_vec();
         let stats = Stats {
             completion_tokens: self.n_sampled,
@@ -522,7 +524,21 @@ impl Generation<'_> {
             None => self.response.warn("unparsed_text_kept", "the template's parser placed none of the output (a call cut before its name was complete, or text held back as a possible call): it is returned as content".into()),
             Some(why) => self.response.warn("tool_call_parse_failed", format!("the output did not parse as this template's format: {why}")),
         }
-        ParsedMsg { content: text.to_string(), ..Default::default() }
+        ParsedMsg { content: self.as_content(text).to_string(), ..Default::default() }
+    }
+
+    /// The raw `text` as content begins where the template's parser begins content: without
+    /// the leading whitespace the parser drops (it did so in every partial parse that streamed
+    /// the text, and the stream is the reply: docs/tool-calls.md, "The stream is the reply").
+    fn as_content<'t>(&self, text: &'t str) -> &'t str {
+        let body = text.trim_start();
+        let ws = text.len() - body.len();
+        let Some(first) = body.chars().next().filter(|_| ws > 0) else { return text };
+        let probe = &text[..ws + first.len_utf8()];
+        match self.plan.parser.parse(probe, true) {
+            Ok(m) if m.content == probe[ws..] => body,
+            _ => text,
+        }
     }
 
     /// The byte offsets in `text` where the reply's tokens end (those inside `text`, on a

@@ -5,7 +5,7 @@
 
 use crate::logprobs::TokenLogprob;
 use crate::request::{random_id, ResolvedRequest};
-use crate::shim::ParsedMsg;
+use crate::shim::{ParsedCall, ParsedMsg};
 use crate::tokens::Token;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -115,7 +115,8 @@ pub struct Response<'a> {
     /// What has been streamed of each field.
     content: String,
     reasoning: String,
-    /// Arguments sent per tool call index, for calls whose header was sent.
+    /// Name and arguments sent per tool call index, for calls whose header was sent.
+    call_names: Vec<String>,
     call_args: Vec<String>,
     /// Tool-call ids by call index: minted here, on first need, and nowhere else.
     ids: Vec<String>,
@@ -138,6 +139,7 @@ impl<'a> Response<'a> {
             role_sent: false,
             content: String::new(),
             reasoning: String::new(),
+            call_names: Vec::new(),
             call_args: Vec::new(),
             ids: Vec::new(),
             logprobs: req.logprobs.map(|_| Vec::new()),
@@ -191,8 +193,10 @@ impl<'a> Response<'a> {
 
     /// Ends the response: when streaming, the last chunks (the role chunk if the prompt was
     /// cancelled, what the final message adds, the finish reason, and the usage with
-    /// `include_usage`); then the `chat.completion` object.
+    /// `include_usage`); then the `chat.completion` object. Its message is `msg` settled against
+    /// what was streamed ([`Response::settle`]), so the deltas add up to it exactly.
     pub fn complete(mut self, msg: &ParsedMsg, finish: Finish, stats: &Stats) -> Value {
+        let msg = &self.settle(msg.clone());
         let finish_reason = finish_reason(finish, !msg.tool_calls.is_empty());
         let usage = json!({
             "prompt_tokens": stats.prompt_tokens,
@@ -232,6 +236,11 @@ impl<'a> Response<'a> {
             v["warnings"] = json!(self.warnings);
         }
         v
+    }
+
+    /// `msg` made to extend what was streamed ([`settle`]); settling twice changes nothing.
+    pub fn settle(&self, msg: ParsedMsg) -> ParsedMsg {
+        settle(msg, &self.content, &self.reasoning, &self.call_names, &self.call_args)
     }
 
     /// The completion's `message`.
@@ -303,6 +312,7 @@ impl<'a> Response<'a> {
                 let id = self.call_ids(i + 1)[i].clone();
                 ok &= self.send_with_logprobs(json!({"tool_calls": [{
                     "index": i, "id": id, "type": "function", "function": {"name": c.name, "arguments": ""}}]}));
+                self.call_names.push(c.name.clone());
                 self.call_args.push(String::new());
             }
             if let Some(d) = c.arguments.strip_prefix(self.call_args[i].as_str()).filter(|d| !d.is_empty()) {
@@ -312,6 +322,52 @@ impl<'a> Response<'a> {
         }
         ok
     }
+}
+
+/// The final message `msg` made to extend what was streamed (`content`, `reasoning`, and the
+/// name and arguments of each call whose header was sent), so that every streamed field is a
+/// prefix of the final one and the last chunks carry exactly the rest (docs/tool-calls.md, "The
+/// stream is the reply"). A final field that already extends the stream is kept as it is. Else:
+/// a text field is what was streamed followed by the rest of the final text after their common
+/// part (leading whitespace aside: the stream's is kept); a call keeps its streamed name, and
+/// arguments that do not extend the streamed ones are the streamed ones closed into JSON
+/// (src/partial_json.rs); a streamed call the final message lacks is added so. A request that
+/// did not stream sent nothing, and its message is kept as it is.
+pub(crate) fn settle(
+    mut msg: ParsedMsg,
+    content: &str,
+    reasoning: &str,
+    call_names: &[String],
+    call_args: &[String],
+) -> ParsedMsg {
+    msg.content = extend(content, &msg.content);
+    msg.reasoning_content = extend(reasoning, &msg.reasoning_content);
+    for (i, (name, args)) in call_names.iter().zip(call_args).enumerate() {
+        if i == msg.tool_calls.len() {
+            msg.tool_calls.push(ParsedCall::default());
+        }
+        let c = &mut msg.tool_calls[i];
+        if c.name != *name || !c.arguments.starts_with(args.as_str()) {
+            c.name = name.clone();
+            c.arguments = match args.trim() {
+                "" => "{}".into(),
+                _ => crate::partial_json::close(args).unwrap_or_else(|| args.clone()),
+            };
+        }
+    }
+    msg
+}
+
+/// `fin` made to start with `sent` (see [`settle`]).
+fn extend(sent: &str, fin: &str) -> String {
+    if fin.starts_with(sent) {
+        return fin.to_string();
+    }
+    let (s, f) = (sent.trim_start(), fin.trim_start());
+    let common =
+        s.char_indices().zip(f.chars()).find(|&((_, a), b)| a != b).map_or(s.len().min(f.len()), |((i, _), _)| i);
+    // `common` is a character boundary of both: they agree up to it.
+    format!("{sent}{}", &f[common..])
 }
 
 /// The completion's `timings` (llama-server's names, and llb's split of `predicted_ms`).
@@ -352,6 +408,110 @@ fn logprob_entry(lp: &TokenLogprob, piece: impl Fn(Token) -> Vec<u8>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::{ChatRequest, EngineConfig, EngineSettings, HandleKind};
+    use std::cell::RefCell;
+
+    fn msg(content: &str, reasoning: &str, calls: &[(&str, &str)]) -> ParsedMsg {
+        ParsedMsg {
+            content: content.into(),
+            reasoning_content: reasoning.into(),
+            tool_calls: calls
+                .iter()
+                .map(|&(n, a)| ParsedCall { name: n.into(), arguments: a.into(), id: String::new() })
+                .collect(),
+        }
+    }
+
+    /// Streams `partials` (what partial parses made of the output as it grew), completes with
+    /// `fin`, and returns the message the deltas add up to and the completion's message.
+    fn stream_then_complete(partials: &[ParsedMsg], fin: &ParsedMsg) -> (Value, Value) {
+        let config: EngineConfig = serde_json::from_value(json!({"model_path": "m"})).unwrap();
+        let settings = EngineSettings::resolve(&config, HandleKind::Engine, None).unwrap();
+        let req: ChatRequest =
+            serde_json::from_value(json!({"messages": [{"role": "user", "content": "hi"}], "stream": true})).unwrap();
+        let req = req.resolve(&settings, 100).unwrap();
+        let chunks = RefCell::new(Vec::new());
+        let emit = |v: &Value| {
+            chunks.borrow_mut().push(v["data"].clone());
+            true
+        };
+        let mut r = Response::new(&req, "m", &emit);
+        assert!(r.open());
+        for p in partials {
+            assert!(r.stream_partial(p));
+        }
+        let done = r.complete(fin, Finish::Stop, &Stats::default());
+        let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), Vec::<(String, String)>::new());
+        for c in chunks.borrow().iter() {
+            let d = &c["choices"][0]["delta"];
+            content += d["content"].as_str().unwrap_or("");
+            reasoning += d["reasoning_content"].as_str().unwrap_or("");
+            for tc in d["tool_calls"].as_array().into_iter().flatten() {
+                let i = tc["index"].as_u64().unwrap() as usize;
+                if i == calls.len() {
+                    calls.push((tc["function"]["name"].as_str().unwrap().into(), String::new()));
+                }
+                calls[i].1 += tc["function"]["arguments"].as_str().unwrap_or("");
+            }
+        }
+        let m = &done["choices"][0]["message"];
+        let final_calls: Vec<Value> = m["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| json!([c["function"]["name"], c["function"]["arguments"]]))
+            .collect();
+        let streamed = json!({"content": content, "reasoning": reasoning, "calls": calls});
+        let returned = json!({"content": m["content"].as_str().unwrap_or(""),
+            "reasoning": m["reasoning_content"].as_str().unwrap_or(""), "calls": final_calls});
+        (streamed, returned)
+    }
+
+    #[test]
+    fn the_stream_is_the_reply_when_the_final_message_contradicts_it() {
+        // The parser trimmed a leading space while streaming; the raw-text fallback kept it.
+        let (s, f) = stream_then_complete(&[msg("clear Cumberland", "", &[])], &msg(" clear Cumberland road", "", &[]));
+        assert_eq!(s, f);
+        assert_eq!(f["content"], "clear Cumberland road");
+        // The stream sent a character the final text does not have there (cut, replaced).
+        let (s, f) = stream_then_complete(&[msg("ab 시키", "", &[])], &msg("ab 시\u{fffd}", "", &[]));
+        assert_eq!(s, f);
+        assert_eq!(f["content"], "ab 시키\u{fffd}");
+        // Both at once: no text is repeated.
+        let (s, f) = stream_then_complete(&[msg("clear 시키", "", &[])], &msg(" clear 시 end", "", &[]));
+        assert_eq!(s, f);
+        assert_eq!(f["content"], "clear 시키 end");
+        // Reasoning, as content.
+        let (s, f) = stream_then_complete(&[msg("", "think", &[])], &msg("done", " think", &[]));
+        assert_eq!(s, f);
+        assert_eq!(f["reasoning"], "think");
+        assert_eq!(f["content"], "done");
+        // Text after a divergence: the stream's, then the final text's after the common part.
+        let (s, f) = stream_then_complete(&[msg("", "think", &[])], &msg("", "thought", &[]));
+        assert_eq!(s, f);
+        assert_eq!(f["reasoning"], "thinkought");
+        // A streamed call the final message lacks, or whose arguments it changed: closed where
+        // the stream left it, under its streamed name.
+        let partial = msg("", "", &[("search_docs", r#"{"query":"do"#)]);
+        let (s, f) = stream_then_complete(std::slice::from_ref(&partial), &msg("raw text", "", &[]));
+        assert_eq!(s, f);
+        assert_eq!(f["calls"], json!([["search_docs", r#"{"query":"do"}"#]]));
+        let (s, f) = stream_then_complete(&[partial], &msg("", "", &[("other", r#"{"x":1}"#), ("b", "{}")]));
+        assert_eq!(s, f);
+        assert_eq!(f["calls"], json!([["search_docs", r#"{"query":"do"}"#], ["b", "{}"]]));
+    }
+
+    #[test]
+    fn a_final_message_that_extends_the_stream_is_kept_as_it_is() {
+        let partials = [msg("a", "", &[]), msg(" a b", "", &[]), msg("a b", "r", &[("f", r#"{"k":"#)])];
+        let fin = msg("a b c", "r s", &[("f", r#"{"k":1}"#)]);
+        let (s, f) = stream_then_complete(&partials, &fin);
+        assert_eq!(s, f);
+        assert_eq!(f, json!({"content": "a b c", "reasoning": "r s", "calls": [["f", r#"{"k":1}"#]]}));
+        let kept = settle(fin.clone(), "a", "r", &["f".into()], &[r#"{"k":"#.into()]);
+        assert_eq!(kept, fin);
+        assert_eq!(settle(kept.clone(), "a", "r", &["f".into()], &[r#"{"k":"#.into()]), kept, "settling twice");
+    }
 
     #[test]
     fn utf8_hold_back_keeps_incomplete_sequences_and_stop_prefixes() {
