@@ -541,14 +541,17 @@ impl Generation<'_> {
         }
     }
 
-    /// The byte offsets in `text` where the reply's tokens end (those inside `text`, on a
-    /// character boundary), in order.
+    /// The byte offsets in `text` (the lossy text of a prefix of the reply's bytes) where the
+    /// reply's tokens end, on a character boundary, in order. Token ends are counted in the raw
+    /// bytes and carried over to the text, where each invalid sequence is one U+FFFD.
     fn token_ends(&self, text: &str) -> Vec<usize> {
         let preserved = &self.plan.preserved;
-        let mut end = 0;
+        let to_text = raw_to_lossy(&self.bytes);
+        let mut raw = 0;
         let mut out = Vec::with_capacity(self.gen_tokens.len());
         for &t in &self.gen_tokens {
-            end += self.vocab.piece(t, preserved.contains(&t)).len();
+            raw += self.vocab.piece(t, preserved.contains(&t)).len();
+            let Some(end) = to_text(raw) else { continue };
             if end >= text.len() {
                 break;
             }
@@ -692,6 +695,31 @@ impl Budget {
 
 /// After a rebuild of the sequence (it was parked for KV space) progress messages may come
 /// before the logits: skip them.
+/// Maps an offset in `bytes` to the same place in `String::from_utf8_lossy(bytes)`, where it is
+/// one: the end of a valid character or of an invalid sequence (None inside either).
+fn raw_to_lossy(bytes: &[u8]) -> impl Fn(usize) -> Option<usize> + '_ {
+    // (raw start, text start, valid length, invalid length) of each chunk.
+    let mut chunks = Vec::new();
+    let (mut raw, mut lossy) = (0, 0);
+    for c in bytes.utf8_chunks() {
+        let (v, bad) = (c.valid().len(), c.invalid().len());
+        chunks.push((raw, lossy, c.valid(), bad));
+        raw += v + bad;
+        lossy += v + if bad > 0 { '\u{FFFD}'.len_utf8() } else { 0 };
+    }
+    move |at| {
+        if at == 0 {
+            return Some(0);
+        }
+        let &(r, l, valid, bad) = chunks.iter().rev().find(|c| c.0 < at)?;
+        match at - r {
+            k if k <= valid.len() => valid.is_char_boundary(k).then_some(l + k),
+            k if k == valid.len() + bad => Some(l + valid.len() + '\u{FFFD}'.len_utf8()),
+            _ => None,
+        }
+    }
+}
+
 fn continue_recv(ticket: &Ticket) -> Result<(Vec<f32>, Duration)> {
     loop {
         match ticket.recv() {
@@ -699,5 +727,23 @@ fn continue_recv(ticket: &Ticket) -> Result<(Vec<f32>, Duration)> {
             Msg::Failed(e) => return Err(e),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raw_to_lossy;
+
+    /// Token ends in raw bytes land on the same places of the lossy text, past invalid bytes.
+    #[test]
+    fn raw_offsets_map_to_the_lossy_text() {
+        let bytes = b"ab\xff\xfec\xe2\x82\xacd";
+        let text = String::from_utf8_lossy(bytes);
+        let map = raw_to_lossy(bytes);
+        let want = [(0, Some(0)), (2, Some(2)), (3, Some(5)), (4, Some(8)), (5, Some(9)), (6, None), (8, Some(12)), (9, Some(13))];
+        for (raw, lossy) in want {
+            assert_eq!(map(raw), lossy, "raw {raw} in {text:?}");
+        }
+        assert_eq!(&text[..map(5).unwrap()], "ab\u{FFFD}\u{FFFD}c");
     }
 }
