@@ -124,7 +124,7 @@ impl Server {
         let t = threads().to_string();
         let child = Command::new(bin)
             .args(["-m", model.to_str().unwrap(), "--port", &port.to_string(), "-c", "4096", "--jinja"])
-            .args(["--parallel", "1", "-t", &t, "-tb", &t, "--no-warmup"])
+            .args(["--parallel", "1", "-t", &t, "-tb", &t])
             .args(ngl().map(|n| vec!["-ngl".to_string(), if n < 0 { "999".into() } else { n.to_string() }]).unwrap_or_default())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
