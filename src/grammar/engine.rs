@@ -380,19 +380,25 @@ fn stopped(m: &Matcher, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::Internal, format!("the grammar engine stopped: {why}"))
 }
 
+/// A test engine over every single byte, a few longer tokens, and an end-of-generation token
+/// (the last).
+#[cfg(test)]
+pub(crate) fn byte_engine(longer: &[&str]) -> Arc<Engine> {
+    let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    words.extend(longer.iter().map(|w| w.as_bytes().to_vec()));
+    let mut eos = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+    eos.extend(b"<eos>");
+    words.push(eos);
+    let eog = vec![words.len() as u32 - 1];
+    Arc::new(Engine::from_words(words, eog).unwrap())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every single byte, a few longer tokens, and an end-of-generation token (the last).
     fn engine(longer: &[&str]) -> Arc<Engine> {
-        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        words.extend(longer.iter().map(|w| w.as_bytes().to_vec()));
-        let mut eos = vec![TokTrie::SPECIAL_TOKEN_MARKER];
-        eos.extend(b"<eos>");
-        words.push(eos);
-        let eog = vec![words.len() as u32 - 1];
-        Arc::new(Engine::from_words(words, eog).unwrap())
+        byte_engine(longer)
     }
 
     fn constraint(e: &Arc<Engine>, gbnf: &str) -> Constraint {

@@ -54,7 +54,6 @@ mod tests {
     use super::*;
     use crate::grammar::engine::{Constraint, Engine};
     use crate::sys::llama_token;
-    use llguidance::toktrie::TokTrie;
     use std::sync::Arc;
 
     /// llama.cpp's JSON-schema primitives at the pin (json-schema-to-grammar.cpp
@@ -86,13 +85,7 @@ space ::= | " " | "\n"{1,2} [ \t]{0,20}
     ];
 
     fn engine() -> Arc<Engine> {
-        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        words.extend(WORDS.iter().map(|w| w.as_bytes().to_vec()));
-        let mut eos = vec![TokTrie::SPECIAL_TOKEN_MARKER];
-        eos.extend(b"<eos>");
-        words.push(eos);
-        let eog = vec![words.len() as u32 - 1];
-        Arc::new(Engine::from_words(words, eog).unwrap())
+        crate::grammar::engine::byte_engine(&WORDS)
     }
 
     fn constraint(e: &Arc<Engine>, gbnf: &str) -> Constraint {
