@@ -56,6 +56,19 @@ impl Model {
         n_layer * (n_embd / n_head) * n_head_kv
     }
 
+    /// What llama-server's warm-up decodes: BOS and EOS where the vocabulary has them, else
+    /// token 0.
+    pub fn warm_up_tokens(&self) -> Vec<sys::llama_token> {
+        // SAFETY: the vocabulary of a live model.
+        let (bos, eos) = unsafe { (sys::llama_vocab_bos(self.vocab()), sys::llama_vocab_eos(self.vocab())) };
+        let tokens: Vec<sys::llama_token> = [bos, eos].into_iter().filter(|&t| t >= 0).collect();
+        if tokens.is_empty() {
+            vec![0]
+        } else {
+            tokens
+        }
+    }
+
     /// How many repeating layers the model has.
     pub fn n_layer(&self) -> i32 {
         // SAFETY: raw is a live model.

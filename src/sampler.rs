@@ -72,17 +72,21 @@ unsafe fn choose_in(
     shortlist: Shortlist,
     row: &[f32],
 ) -> Result<Token> {
+    let empty = || Error::new(ErrorCode::Internal, "empty candidates");
     match shortlist {
-        Shortlist::Argmax => return argmax(row).map(|i| i as Token).ok_or_else(|| Error::new(ErrorCode::Internal, "empty candidates")),
+        Shortlist::Argmax => return argmax(row).map(|i| i as Token).ok_or_else(empty),
         Shortlist::TopK(k) => top_k(row, k, cur),
-        Shortlist::Whole => {
-            cur.clear();
-            cur.extend(row.iter().enumerate().map(|(i, &logit)| sys::llama_token_data { id: i as i32, logit, p: 0.0 }));
-        }
+        Shortlist::Whole => fill(cur, row),
     }
     // SAFETY: as the caller promised.
     unsafe { apply_chain(chain, cur) }?;
-    cur.first().map(|t| t.id).ok_or_else(|| Error::new(ErrorCode::Internal, "empty candidates"))
+    cur.first().map(|t| t.id).ok_or_else(empty)
+}
+
+/// Every token of `row` as a candidate, in id order.
+fn fill(cur: &mut Vec<sys::llama_token_data>, row: &[f32]) {
+    cur.clear();
+    cur.extend(row.iter().enumerate().map(|(i, &logit)| sys::llama_token_data { id: i as i32, logit, p: 0.0 }));
 }
 
 /// Lanes of the chunked scans below: the compiler turns a fixed-width loop over lanes into
@@ -232,8 +236,7 @@ impl Sampler {
     }
 
     fn fill(&mut self, logits: &[f32]) {
-        self.cur.clear();
-        self.cur.extend(logits.iter().enumerate().map(|(i, &logit)| sys::llama_token_data { id: i as i32, logit, p: 0.0 }));
+        fill(&mut self.cur, logits);
     }
 
     fn run_chain(&mut self) -> Result<()> {

@@ -52,11 +52,6 @@ impl Vocab {
         Vocab { model, n_tokens, indexes }
     }
 
-    /// The loaded model's identity (unique in the process; see [`Model::id`]).
-    pub fn model_id(&self) -> u64 {
-        self.model.id
-    }
-
     /// Builds every index a request may need (pieces, never-UTF-8 tokens) now, and returns each
     /// token's bytes (special tokens by their text) and whether it ends a generation. Done once
     /// per model when it loads, so that no request waits for it.

@@ -185,8 +185,7 @@ impl Scheduler {
                 ),
             ));
         }
-        let state =
-            State {
+        let state = State {
             jobs: Vec::new(),
             slots: SlotTable::new(config.n_slots),
             next_id: 0,
@@ -203,7 +202,7 @@ impl Scheduler {
         // SAFETY: live context; the worker frees the pool after the context.
         let pool = unsafe { ComputePool::attach(ctx, shared.config.n_threads, shared.config.thread_poll) };
         // SAFETY: live context of `model`, used by this thread only until the worker starts.
-        unsafe { warm_up(ctx, model) };
+        unsafe { warm_up(ctx, model, shared.config.n_threads) };
         let ctx = Context(ctx);
         let worker = Worker::new(shared.clone(), model, ctx, pool);
         let thread = std::thread::Builder::new()
@@ -281,7 +280,8 @@ impl Reservation {
         let id = st.next_id;
         let mailbox = Arc::new(Mailbox::default());
         let prompt_len = tokens.len();
-        st.jobs.push(Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new() });
+        let job = Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new() };
+        st.jobs.push(job);
         // The job now holds the place: the reservation's Drop must not give it back.
         st.reserved -= 1;
         self.held = false;
@@ -353,17 +353,17 @@ impl Drop for Ticket {
 /// slower than its second on the 151k fixture without it, on a GPU the first kernel launches.
 /// A failure is not one of the context's: the first request meets it again and reports it.
 ///
+/// Like every decode, it runs on threads taken from the process's budget (`n_threads` wanted):
+/// engines opened at once never run more compute threads than cores.
+///
 /// # Safety
 /// `ctx` is a live context of `model`, used by no other thread during the call.
-unsafe fn warm_up(ctx: *mut sys::llama_context, model: &Model) {
+unsafe fn warm_up(ctx: *mut sys::llama_context, model: &Model, n_threads: usize) {
+    let mut tmp = model.warm_up_tokens();
+    let permit = crate::threads::acquire(n_threads);
     // SAFETY: the caller's live context and model; the batch views `tmp`, alive for the call.
     unsafe {
-        let vocab = sys::llama_model_get_vocab(model.raw());
-        let mut tmp: Vec<Token> =
-            [sys::llama_vocab_bos(vocab), sys::llama_vocab_eos(vocab)].into_iter().filter(|&t| t >= 0).collect();
-        if tmp.is_empty() {
-            tmp.push(0);
-        }
+        sys::llama_set_n_threads(ctx, permit.n as i32, permit.n as i32);
         sys::llama_set_warmup(ctx, true);
         let rc = crate::backend::decode(ctx, sys::llama_batch_get_one(tmp.as_mut_ptr(), tmp.len() as i32));
         sys::llama_memory_clear(sys::llama_get_memory(ctx), true);
