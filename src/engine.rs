@@ -15,6 +15,7 @@ use crate::generate::Run;
 use crate::model::{self, Model};
 use crate::model_info;
 use crate::prompt::Prompter;
+use crate::prompt_cache;
 use crate::request::{self, ChatRequest, EngineConfig, EngineSettings, HandleKind, ResolvedRequest};
 use crate::scheduler::{SchedConfig, Scheduler};
 use crate::session::ReplyBook;
@@ -31,11 +32,8 @@ pub type EventSink = Box<dyn Fn(&Value) -> bool + Send + Sync>;
 /// layer, the usual layout; an estimate) would not fit in the machine's memory, instead of
 /// letting llama.cpp try to allocate and clear it.
 fn check_context_memory(model: &Model, n_ctx: u32, cp: &crate::backend::ContextParams) -> Result<()> {
-    let per_token = (cp.kv_bytes_per_element() * model.kv_elements_per_token() as f64) as u64;
-    let need = per_token.saturating_mul(n_ctx as u64);
-    // SAFETY: sysconf has no preconditions.
-    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
-    let have = (pages.max(0) as u64).saturating_mul(page.max(0) as u64);
+    let need = context_kv_bytes(model, n_ctx, cp);
+    let have = machine_memory();
     if have > 0 && need > have {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         bail!(
@@ -47,6 +45,28 @@ fn check_context_memory(model: &Model, n_ctx: u32, cp: &crate::backend::ContextP
         );
     }
     Ok(())
+}
+
+/// The KV cache of a context of `n_ctx` tokens, in bytes (an estimate: the usual layout).
+fn context_kv_bytes(model: &Model, n_ctx: u32, cp: &crate::backend::ContextParams) -> u64 {
+    let per_token = (cp.kv_bytes_per_element() * model.kv_elements_per_token() as f64) as u64;
+    per_token.saturating_mul(n_ctx as u64)
+}
+
+/// The machine's physical memory in bytes (0: unknown).
+fn machine_memory() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    (pages.max(0) as u64).saturating_mul(page.max(0) as u64)
+}
+
+/// The prompt cache's tiers: the config's, the RAM budget sized from the model's KV cache when
+/// the config gives none.
+fn prompt_cache_settings(s: &EngineSettings, model: &Model, cp: &crate::backend::ContextParams) -> prompt_cache::Settings {
+    let ram = s.prompt_cache_ram.unwrap_or_else(|| {
+        request::prompt_cache_ram(context_kv_bytes(model, s.n_ctx, cp), machine_memory())
+    });
+    prompt_cache::Settings { ram_bytes: ram, dir: s.prompt_cache_dir.clone(), disk_bytes: s.prompt_cache_disk }
 }
 
 /// What an engine and a pool are made of. Field order matters for Drop: the scheduler (and its
@@ -95,6 +115,7 @@ impl Chat {
                 adaptive_threads: s.adaptive_threads
                     && !crate::backend::device_does_the_work(&load, &ctx_params, model.n_layer()),
                 thread_poll: s.thread_poll,
+                prompt_cache: prompt_cache_settings(s, &model, &ctx_params),
                 backend: ctx_params,
             },
         )?;

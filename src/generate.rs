@@ -12,7 +12,7 @@ use crate::prompt::{Plan, Prompter};
 use crate::request::ResolvedRequest;
 use crate::response::{find, visible_len, Finish, Response, Stats};
 use crate::sampler::{SampleStats, Sampler};
-use crate::scheduler::{Msg, Scheduler, Ticket};
+use crate::scheduler::{Admission, Msg, Scheduler, Ticket};
 use crate::session::{ReplyBook, ReplyRecord};
 use crate::shim::ParsedMsg;
 use crate::tokens::{Token, Vocab};
@@ -74,7 +74,8 @@ impl Run<'_> {
             decode_time: Duration::ZERO,
         };
         let ticket = place.join(prompt.clone());
-        let (n_cached, first) = self.prefill(&ticket, n_prompt)?;
+        let (admission, first) = self.prefill(&ticket, n_prompt)?;
+        g.cache_warnings(&admission.warnings);
         crate::fault::site("infer");
         let t_prompt = t_start.elapsed();
         let t_gen = Instant::now();
@@ -84,13 +85,7 @@ impl Run<'_> {
             Some(logits) => g.generate(self.prompter, &ticket, logits)?,
         };
         drop(ticket);
-        let stats = Stats {
-            prompt_tokens: n_prompt,
-            cached_tokens: n_cached,
-            t_prompt,
-            t_generate: t_gen.elapsed(),
-            ..Stats::default()
-        };
+        let stats = prompt_stats(n_prompt, &admission, t_prompt, t_gen.elapsed());
         let (completion, reply) = g.finish(finish, prompt, stats);
         if let Some(r) = reply {
             self.book.remember(r);
@@ -98,23 +93,40 @@ impl Run<'_> {
         Ok(completion)
     }
 
-    /// Waits until the prompt is evaluated, sending progress events. Returns the tokens reused
-    /// from the KV cache and the first logits (None: cancelled by the host).
-    fn prefill(&self, ticket: &Ticket, n_prompt: usize) -> Result<(usize, Option<Vec<f32>>)> {
-        let mut cached = 0;
+    /// Waits until the prompt is evaluated, sending progress events. Returns how the request
+    /// got its sequence (the tokens reused from the KV cache or restored from the prompt cache)
+    /// and the first logits (None: cancelled by the host).
+    fn prefill(&self, ticket: &Ticket, n_prompt: usize) -> Result<(Admission, Option<Vec<f32>>)> {
+        let mut admission = Admission::default();
         loop {
             match ticket.recv() {
-                Msg::Admitted { cached: c } => cached = c,
+                Msg::Admitted(a) => admission = a,
                 Msg::Progress { done, total } => {
                     let ev = json!({"type": "progress", "stage": "prompt", "prompt_tokens_done": done, "prompt_tokens": total});
                     if !(self.emit)(&ev) {
-                        return Ok((cached, None));
+                        return Ok((admission, None));
                     }
                 }
-                Msg::Logits(l, _) => return Ok((cached.min(n_prompt), Some(l))),
+                Msg::Logits(l, _) => {
+                    admission.cached = admission.cached.min(n_prompt);
+                    return Ok((admission, Some(l)));
+                }
                 Msg::Failed(e) => return Err(e),
             }
         }
+    }
+}
+
+/// What the prompt's evaluation measured, for the completion's `usage` and `timings`.
+fn prompt_stats(n_prompt: usize, admission: &Admission, t_prompt: Duration, t_generate: Duration) -> Stats {
+    Stats {
+        prompt_tokens: n_prompt,
+        cached_tokens: admission.cached.min(n_prompt),
+        restored_tokens: admission.restored.min(n_prompt),
+        t_restore: admission.restore_time,
+        t_prompt,
+        t_generate,
+        ..Stats::default()
     }
 }
 
@@ -270,7 +282,7 @@ impl Generation<'_> {
             }
             Msg::Failed(e) if e.code == ErrorCode::ContextOverflow => Break(Finish::Length),
             Msg::Failed(e) => return Err(e),
-            Msg::Admitted { .. } | Msg::Progress { .. } => {
+            Msg::Admitted(_) | Msg::Progress { .. } => {
                 let (l, decode) = continue_recv(ticket)?;
                 self.decode_time += decode;
                 Continue(l)
@@ -560,6 +572,15 @@ impl Generation<'_> {
             }
         }
         out
+    }
+
+    /// Reports prompt-cache files found bad while the request was placed (ignored: the prompt
+    /// was read), as warnings of the reply and as events.
+    fn cache_warnings(&mut self, warnings: &[String]) {
+        for w in warnings {
+            (self.emit)(&json!({"type": "warning", "code": "prompt_cache_ignored", "message": w}));
+            self.response.warn("prompt_cache_ignored", w.clone());
+        }
     }
 
     fn warn_incomplete(&mut self, incomplete: &[(String, String)]) {

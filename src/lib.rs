@@ -36,6 +36,7 @@ pub mod model;
 pub mod model_info;
 mod partial_json;
 mod prompt;
+mod prompt_cache;
 #[doc(hidden)]
 pub mod pull;
 #[doc(hidden)]

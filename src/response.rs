@@ -90,6 +90,9 @@ pub struct Stats {
     pub forced_tokens: usize,
     /// Until the first logits (prompt evaluation).
     pub t_prompt: Duration,
+    /// Of `cached_tokens`, those restored from the prompt cache; of `t_prompt`, restoring them.
+    pub restored_tokens: usize,
+    pub t_restore: Duration,
     /// From the first logits to the end.
     pub t_generate: Duration,
     /// Of `t_generate`: waiting for the model's next logits (the decode, in the scheduler).
@@ -378,6 +381,10 @@ fn timings(s: &Stats) -> Value {
     json!({
         "prompt_n": s.prompt_tokens - s.cached_tokens,
         "prompt_ms": ms(s.t_prompt),
+        // Of the cached prompt tokens, those restored from the prompt cache; of prompt_ms, the
+        // restore.
+        "cache_restored_n": s.restored_tokens,
+        "cache_restore_ms": ms(s.t_restore),
         "predicted_n": n,
         "predicted_ms": predicted_ms,
         "predicted_per_second": if predicted_ms > 0.0 { n as f64 * 1e3 / predicted_ms } else { 0.0 },

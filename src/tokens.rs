@@ -13,6 +13,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 /// A token id of the model's vocabulary (llama.cpp's `llama_token`).
 pub type Token = sys::llama_token;
 
+/// The length of the common beginning of `a` and `b`.
+pub fn common_prefix(a: &[Token], b: &[Token]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
 /// A model's vocabulary. It holds the model, so the vocabulary stays valid as long as the
 /// `Vocab` lives; the indexes over it are built once per loaded model and shared by every
 /// engine, pool and request on it (any thread may use it: llama.cpp's vocabulary is immutable

@@ -477,8 +477,13 @@ fn cancelling_from_the_callback_at_random_points_leaves_the_engine_usable() {
     });
     // n_batch 64: a ~340-token prompt is evaluated in 6 batches, each followed by a progress
     // event, so cancels also land mid-prompt (a partly filled KV cache for the next request).
-    let cfg =
-        CString::new(json!({"model_path": path, "n_ctx": 1024, "n_batch": 64, "n_threads": 1}).to_string()).unwrap();
+    // No prompt cache: the flush request between calibration and the cancelled run must make
+    // the prompt be read again (restored, it would send fewer progress events than calibrated).
+    let cfg = CString::new(
+        json!({"model_path": path, "n_ctx": 1024, "n_batch": 64, "n_threads": 1, "prompt_cache": {"ram_bytes": 0}})
+            .to_string(),
+    )
+    .unwrap();
     // SAFETY: valid config; ctx outlives the engine (destroyed below).
     let chat =
         unsafe { llb::ffi::llb_chat_create(cfg.as_ptr(), Some(cancel_cb), &*ctx as *const CancelCtx as *mut c_void) };

@@ -24,6 +24,16 @@ pub const DEFAULT_QUEUE_PER_PARALLEL: u32 = 16;
 pub const SLOTS_PER_PARALLEL: usize = 4;
 /// llama.cpp's limit on sequences (`LLAMA_MAX_SEQ`).
 pub const MAX_SEQ_IDS: usize = 256;
+/// The prompt cache's RAM budget when the config gives none, in whole contexts' KV cache (the
+/// context's `n_ctx` tokens): the states of about this many full contexts' worth of
+/// conversations that left it.
+pub const PROMPT_CACHE_RAM_CONTEXTS: u64 = 4;
+/// ... and at most this share of the machine's memory, and at most 8 GiB (llama-server's
+/// `--cache-ram` default).
+pub const PROMPT_CACHE_RAM_SHARE: u64 = 4;
+pub const PROMPT_CACHE_RAM_MAX: u64 = 8 << 30;
+/// The disk tier's budget when a `dir` is given without `disk_bytes`.
+pub const PROMPT_CACHE_DISK_BYTES: u64 = 16 << 30;
 /// ggml's thread limit (`GGML_MAX_N_THREADS`): more makes ggml allocate and spawn per thread.
 pub const MAX_THREADS: i32 = 512;
 
@@ -79,6 +89,23 @@ pub struct EngineSettings {
     pub reasoning_budget: Option<i64>,
     /// Template kwargs every request gets (a request's own override them). Default none.
     pub chat_template_kwargs: Map<String, Value>,
+    /// The prompt cache's RAM budget: `prompt_cache.ram_bytes`; None: sized from the model once
+    /// it is loaded ([`prompt_cache_ram`]).
+    pub prompt_cache_ram: Option<u64>,
+    /// The disk tier's directory: `prompt_cache.dir`. Default none (no disk tier).
+    pub prompt_cache_dir: Option<std::path::PathBuf>,
+    /// The disk tier's budget: `prompt_cache.disk_bytes`, default 16 GiB.
+    pub prompt_cache_disk: u64,
+}
+
+/// The prompt cache's default RAM budget for a context whose whole KV cache takes
+/// `context_kv_bytes`, on a machine with `memory` bytes (0: unknown).
+pub fn prompt_cache_ram(context_kv_bytes: u64, memory: u64) -> u64 {
+    let mut b = context_kv_bytes.saturating_mul(PROMPT_CACHE_RAM_CONTEXTS).min(PROMPT_CACHE_RAM_MAX);
+    if memory > 0 {
+        b = b.min(memory / PROMPT_CACHE_RAM_SHARE);
+    }
+    b
 }
 
 impl EngineConfig {
@@ -113,6 +140,14 @@ impl EngineConfig {
                  (llb_pool_create) to serve {n} at once"
             ),
             _ => {}
+        }
+        if let Some(pc) = &self.prompt_cache {
+            if pc.dir.as_deref() == Some("") {
+                bail!(InvalidArgument, "field `prompt_cache.dir`: must be a directory path");
+            }
+            if pc.disk_bytes.is_some() && pc.dir.is_none() {
+                bail!(InvalidArgument, "field `prompt_cache.disk_bytes`: sets the budget of `prompt_cache.dir`, which is not set");
+            }
         }
         if self.max_queue.is_some() && kind == HandleKind::Engine {
             bail!(InvalidArgument, "field `max_queue`: only pools (llb_pool_create) queue requests");
@@ -150,6 +185,9 @@ impl EngineSettings {
             jump_forward: config.jump_forward.unwrap_or(true),
             reasoning_budget: config.reasoning_budget,
             chat_template_kwargs: config.chat_template_kwargs.clone().unwrap_or_default(),
+            prompt_cache_ram: config.prompt_cache.as_ref().and_then(|p| p.ram_bytes),
+            prompt_cache_dir: config.prompt_cache.as_ref().and_then(|p| p.dir.as_ref().map(Into::into)),
+            prompt_cache_disk: config.prompt_cache.as_ref().and_then(|p| p.disk_bytes).unwrap_or(PROMPT_CACHE_DISK_BYTES),
         })
     }
 }

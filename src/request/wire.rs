@@ -86,6 +86,24 @@ pub struct EngineConfig {
     /// llama.cpp's `--poll` (0 sleeps at once: the cores go to the host). Default 0.
     #[serde(default)]
     pub thread_poll: Option<u32>,
+    /// Where conversations that leave the context are kept (docs/design.md, "The prompt cache").
+    #[serde(default)]
+    pub prompt_cache: Option<PromptCacheConfig>,
+}
+
+/// `prompt_cache` of an engine or pool config; every field optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptCacheConfig {
+    /// Bytes of sequence states kept in memory (0: none).
+    #[serde(default)]
+    pub ram_bytes: Option<u64>,
+    /// A directory for states that outlive the process (none: no disk tier).
+    #[serde(default)]
+    pub dir: Option<String>,
+    /// Bytes of prompt-cache files the directory may hold.
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

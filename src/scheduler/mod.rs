@@ -15,10 +15,12 @@
 //! module owns the thread, the context and the batch, and applies them.
 
 mod job;
+mod kv_state;
 mod slots;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Model;
+use crate::prompt_cache::{self, PromptCache};
 use crate::sys;
 use crate::threads::{ComputePool, Tuner};
 use crate::tokens::Token;
@@ -50,14 +52,26 @@ pub struct SchedConfig {
     pub thread_poll: u32,
     /// Flash attention, KV cache types, KV offload.
     pub backend: crate::backend::ContextParams,
+    /// Where conversations that leave the context are kept (src/prompt_cache/).
+    pub prompt_cache: prompt_cache::Settings,
+}
+
+/// How a request got its sequence.
+#[derive(Debug, Default)]
+pub struct Admission {
+    /// Prompt tokens the sequence already held (those restored included).
+    pub cached: usize,
+    /// Of those, the ones restored from the prompt cache, and how long that took.
+    pub restored: usize,
+    pub restore_time: Duration,
+    /// Prompt-cache files found bad on the way (ignored and deleted).
+    pub warnings: Vec<String>,
 }
 
 /// What a request's caller receives.
 pub enum Msg {
-    /// The request got a sequence; `cached` prompt tokens were already in the KV cache.
-    Admitted {
-        cached: usize,
-    },
+    /// The request got a sequence.
+    Admitted(Admission),
     /// Prompt evaluation progressed.
     Progress {
         done: usize,
@@ -140,6 +154,7 @@ struct Shared {
     /// Tokens submitted so far (any request): the scheduler watches it while it briefly spins
     /// for a request that is sampling ([`SUBMIT_SPIN`]).
     submits: std::sync::atomic::AtomicU64,
+    cache: PromptCache,
 }
 
 /// How long the scheduler spins, before it sleeps, for the token of a request that got its
@@ -176,6 +191,7 @@ impl Scheduler {
             config.backend.apply(&mut cp);
             crate::backend::init_context(model.raw(), cp)?
         };
+        let cache = open_cache(model, &config);
         if ctx.is_null() {
             return Err(Error::new(
                 ErrorCode::ContextCreateFailed,
@@ -185,9 +201,17 @@ impl Scheduler {
                 ),
             ));
         }
+        let cache = match cache {
+            Ok(c) => c,
+            Err(e) => {
+                // SAFETY: created above, used by nothing else.
+                unsafe { sys::llama_free(ctx) };
+                return Err(e);
+            }
+        };
         let state = State {
             jobs: Vec::new(),
-            slots: SlotTable::new(config.n_slots),
+            slots: SlotTable::new(config.n_slots).keeping(if cache.enabled() { prompt_cache::MIN_TOKENS } else { usize::MAX }),
             next_id: 0,
             shutdown: false,
             lost: None,
@@ -198,6 +222,7 @@ impl Scheduler {
             wake: Condvar::new(),
             config,
             submits: std::sync::atomic::AtomicU64::new(0),
+            cache,
         });
         // SAFETY: live context; the worker frees the pool after the context.
         let pool = unsafe { ComputePool::attach(ctx, shared.config.n_threads, shared.config.thread_poll) };
@@ -249,6 +274,7 @@ impl Scheduler {
             "request_bytes": st.request_bytes(),
             "tokens_held": held,
             "lost": st.lost,
+            "prompt_cache": self.shared.cache.stats(),
         })
     }
 }
@@ -260,7 +286,30 @@ impl Drop for Scheduler {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        // What the worker stashed as it ended is on disk before the handle is gone.
+        self.shared.cache.flush();
     }
+}
+
+/// The prompt cache of `config`, its disk files keyed by the model's file and this context's
+/// state format.
+fn open_cache(model: &Model, config: &SchedConfig) -> Result<PromptCache> {
+    let b = &config.backend;
+    let format = format!(
+        "llb {}; llama.cpp {}; type_k {}; type_v {}; flash_attn {}",
+        env!("CARGO_PKG_VERSION"),
+        crate::version::pin::COMMIT,
+        b.type_k,
+        b.type_v,
+        b.flash_attn
+    );
+    PromptCache::open(&config.prompt_cache, || prompt_cache::key(&model.path, &format)).map_err(|e| {
+        let dir = config.prompt_cache.dir.as_deref().unwrap_or(std::path::Path::new(""));
+        Error::new(
+            ErrorCode::InvalidArgument,
+            format!("field `prompt_cache.dir`: cannot use {} for the prompt cache: {e}", dir.display()),
+        )
+    })
 }
 
 /// A place taken in the scheduler for a request that is still making its prompt. Joining turns
@@ -453,10 +502,88 @@ impl Worker {
     }
 
     fn run(mut self) {
-        loop {
-            let Some(entries) = self.next_batch() else { return };
+        while let Some(entries) = self.next_batch() {
             self.decode(entries);
         }
+        if self.shared.cache.persists() {
+            self.stash_all();
+        }
+    }
+
+    /// Keeps what sequence `seq` holds (`tokens`) in the prompt cache, before it leaves the
+    /// context. `wait`: for the disk writer (the process is ending).
+    fn stash(&self, seq: usize, tokens: Vec<Token>, wait: bool) {
+        let t = Instant::now();
+        // SAFETY: the worker's live context, on its thread.
+        let Some(state) = (unsafe { kv_state::read(self.ctx.0, seq) }) else { return };
+        if crate::debug::enabled() {
+            eprintln!("[llb] prompt cache: kept {} tokens ({} bytes) in {:?}", tokens.len(), state.len(), t.elapsed());
+        }
+        self.shared.cache.keep(tokens, state, wait);
+    }
+
+    /// Shutting down with a disk tier: every idle sequence worth keeping goes to disk, so the
+    /// next process finds the conversations this one still held.
+    fn stash_all(&self) {
+        let st = lock(&self.shared.state);
+        for (seq, n) in st.slots.tokens_held().into_iter().enumerate() {
+            if n >= prompt_cache::MIN_TOKENS {
+                self.stash(seq, st.slots.held(seq).to_vec(), true);
+            }
+        }
+    }
+
+    /// Writes `hit`'s state into the empty sequence `seq` and cuts it after the prompt's prefix;
+    /// with no room for it in the KV cache, evicts idle sequences (least recently used first,
+    /// stashed as they go) and tries again. False when llama.cpp refuses it all the same.
+    fn write_state(&self, slots: &mut SlotTable, seq: usize, hit: &prompt_cache::Hit) -> bool {
+        loop {
+            // SAFETY: the worker's live context, on its thread; `seq` is empty.
+            if unsafe { kv_state::write(self.ctx.0, seq, &hit.state) } {
+                // SAFETY: live memory; a refused cut leaves the sequence as it was.
+                return unsafe { sys::llama_memory_seq_rm(self.mem, seq as i32, hit.n as i32, -1) };
+            }
+            match slots.make_room(&[], 0) {
+                Some(Room::Evicted(op)) => self.apply(slots, vec![op]),
+                _ => return false,
+            }
+        }
+    }
+
+    /// Puts the longest cached state of job `ji`'s prompt into its sequence `seq` when that
+    /// beats what the sequence holds by [`prompt_cache::MIN_TOKENS`]: the sequence is emptied,
+    /// the state written and cut after the shared prefix.
+    fn restore(&self, st: &mut State, ji: usize, seq: usize) -> Admission {
+        let have = st.slots.held(seq).len();
+        let prompt = &st.jobs[ji].tokens;
+        let limit = prompt.len().saturating_sub(1);
+        let mut out = Admission { cached: have, ..Admission::default() };
+        if !self.shared.cache.enabled() || limit < have + prompt_cache::MIN_TOKENS {
+            return out;
+        }
+        let t = Instant::now();
+        let found = self.shared.cache.lookup(prompt, limit, have + prompt_cache::MIN_TOKENS);
+        out.warnings = found.warnings;
+        let Some(hit) = found.hit else { return out };
+        let op = st.slots.discard(seq);
+        self.apply(&mut st.slots, vec![op]);
+        if !self.write_state(&mut st.slots, seq, &hit) {
+            // SAFETY: live memory; removing a whole sequence never fails.
+            unsafe { sys::llama_memory_seq_rm(self.mem, seq as i32, -1, -1) };
+            self.shared.cache.refused();
+            out.cached = 0;
+            out.warnings.push(format!(
+                "the prompt cache's state of {} tokens was refused by llama.cpp (no room in the context?): the prompt is read",
+                hit.tokens.len()
+            ));
+            return out;
+        }
+        st.slots.restored(seq, &hit.tokens[..hit.n]);
+        self.shared.cache.restored(hit.n);
+        if crate::debug::enabled() {
+            eprintln!("[llb] prompt cache: restored {} of {} tokens ({:?}) in {:?}", hit.n, prompt.len(), hit.tier, t.elapsed());
+        }
+        Admission { cached: hit.n, restored: hit.n, restore_time: t.elapsed(), warnings: out.warnings }
     }
 
     /// Waits until there is work, then builds the next batch (None: shut down).
@@ -519,6 +646,9 @@ impl Worker {
     /// Applies the slot table's KV operations to the context's memory, in order; a cut
     /// llama.cpp refuses is replaced by what the table says instead.
     fn apply(&self, slots: &mut SlotTable, ops: Vec<KvOp>) {
+        for (seq, tokens) in slots.take_leaving() {
+            self.stash(seq, tokens, false);
+        }
         for op in ops {
             match op {
                 KvOp::Clear { seq } => {
@@ -584,12 +714,13 @@ impl Worker {
         let Some(placed) = st.slots.place(&job.tokens, &running) else { return false };
         self.apply(&mut st.slots, placed.ops);
         let seq = placed.seq;
-        let job = &mut st.jobs[ji];
         match placed.prefix {
-            Prefix::Awaited { src, upto } => job.state = JobState::AwaitingPrefix { seq, src, upto },
+            Prefix::Awaited { src, upto } => st.jobs[ji].state = JobState::AwaitingPrefix { seq, src, upto },
             Prefix::Ready => {
+                let admission = self.restore(st, ji, seq);
+                let job = &mut st.jobs[ji];
                 job.state = JobState::Prefilling { seq };
-                job.mailbox.post(Msg::Admitted { cached: st.slots.held(seq).len() });
+                job.mailbox.post(Msg::Admitted(admission));
             }
         }
         true
@@ -601,11 +732,11 @@ impl Worker {
         for ji in 0..st.jobs.len() {
             let JobState::AwaitingPrefix { seq, src, upto } = st.jobs[ji].state else { continue };
             let tokens = &st.jobs[ji].tokens;
-            let have = slots::common_prefix(st.slots.held(src), tokens).min(upto);
+            let have = crate::tokens::common_prefix(st.slots.held(src), tokens).min(upto);
             let still_coming = st
                 .jobs
                 .iter()
-                .any(|j| j.state.running_seq() == Some(src) && slots::common_prefix(&j.tokens, tokens) >= upto);
+                .any(|j| j.state.running_seq() == Some(src) && crate::tokens::common_prefix(&j.tokens, tokens) >= upto);
             if have < upto && still_coming {
                 continue;
             }
@@ -613,7 +744,8 @@ impl Worker {
             self.apply(&mut st.slots, ops);
             let job = &mut st.jobs[ji];
             job.state.prefix_ready();
-            job.mailbox.post(Msg::Admitted { cached: st.slots.held(seq).len() });
+            let cached = st.slots.held(seq).len();
+            job.mailbox.post(Msg::Admitted(Admission { cached, ..Admission::default() }));
         }
     }
 
@@ -776,7 +908,7 @@ impl Worker {
 
     fn fail(&mut self, st: &mut State, entries: &[Entry], err: Error) {
         for e in entries {
-            let op = st.slots.clear(e.slot);
+            let op = st.slots.discard(e.slot);
             self.apply(&mut st.slots, vec![op]);
             if let Some(j) = st.jobs.iter_mut().find(|j| j.id == e.job) {
                 j.mailbox.post(Msg::Failed(err.clone()));

@@ -8,7 +8,7 @@
 //! its tokens so that the next turn of the same conversation, or any prompt with the same
 //! beginning, finds them cached.
 
-use crate::tokens::Token;
+use crate::tokens::{common_prefix, Token};
 
 /// A prefix another request is still evaluating is worth waiting for from this many tokens on.
 pub(super) const MIN_SHARED_PREFIX: usize = 16;
@@ -76,17 +76,43 @@ struct Slot {
 pub(super) struct SlotTable {
     slots: Vec<Slot>,
     clock: u64,
-}
-
-/// The length of the common beginning of `a` and `b`.
-pub(super) fn common_prefix(a: &[Token], b: &[Token]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+    /// A sequence about to lose at least this many tokens is recorded in `leaving` first
+    /// (usize::MAX: never; see [`SlotTable::keeping`]).
+    keep_from: usize,
+    /// Sequences whose tokens the operations just returned drop, with what they held: the
+    /// scheduler stashes their state in the prompt cache before it applies the operations.
+    leaving: Vec<(usize, Vec<Token>)>,
 }
 
 impl SlotTable {
     /// `n` empty, idle sequences.
     pub fn new(n: usize) -> SlotTable {
-        SlotTable { slots: (0..n).map(|_| Slot::default()).collect(), clock: 0 }
+        SlotTable { slots: (0..n).map(|_| Slot::default()).collect(), clock: 0, keep_from: usize::MAX, leaving: Vec::new() }
+    }
+
+    /// Records, from now on, every sequence that is about to lose at least `min` tokens.
+    pub fn keeping(mut self, min: usize) -> SlotTable {
+        self.keep_from = min;
+        self
+    }
+
+    /// The sequences the last operations drop tokens of, with the tokens they held until then
+    /// (what the context still holds until the operations are applied).
+    pub fn take_leaving(&mut self) -> Vec<(usize, Vec<Token>)> {
+        std::mem::take(&mut self.leaving)
+    }
+
+    /// `seq` is about to be cut to `len` tokens: records it if that drops enough of them.
+    fn note_cut(&mut self, seq: usize, len: usize) {
+        let held = &self.slots[seq].tokens;
+        if held.len().saturating_sub(len) >= self.keep_from && held.len() >= self.keep_from {
+            self.leaving.push((seq, held.clone()));
+        }
+    }
+
+    /// Sequence `seq` now holds `tokens`, restored from the prompt cache.
+    pub fn restored(&mut self, seq: usize, tokens: &[Token]) {
+        self.slots[seq].tokens = tokens.to_vec();
     }
 
     /// The tokens sequence `seq` holds.
@@ -165,10 +191,12 @@ impl SlotTable {
     pub fn fill(&mut self, dst: usize, src: usize, prefix: &[Token]) -> Vec<KvOp> {
         let len = prefix.len();
         if dst == src {
+            self.note_cut(dst, len);
             self.slots[dst].tokens.truncate(len);
             return vec![KvOp::Truncate { seq: dst, len, source: None }];
         }
         if common_prefix(&self.slots[dst].tokens, prefix) >= len {
+            self.note_cut(dst, len);
             self.slots[dst].tokens.truncate(len);
             return vec![KvOp::Truncate { seq: dst, len, source: Some(src) }];
         }
@@ -183,7 +211,7 @@ impl SlotTable {
     /// llama.cpp refused a [`KvOp::Truncate`] of `seq` to `len` (with its `source`): clears the
     /// sequence and copies the `len` positions from `source` instead, if there is one.
     pub fn truncate_refused(&mut self, seq: usize, len: usize, source: Option<usize>) -> Vec<KvOp> {
-        let mut ops = vec![self.clear(seq)];
+        let mut ops = vec![self.discard(seq)];
         if let Some(src) = source.filter(|_| len > 0) {
             let prefix = self.slots[src].tokens[..len].to_vec();
             self.slots[seq].tokens = prefix;
@@ -199,14 +227,21 @@ impl SlotTable {
         self.slots[seq].busy = false;
         self.slots[seq].last_used = self.clock;
         if clear {
-            vec![self.clear(seq)]
+            vec![self.discard(seq)]
         } else {
             Vec::new()
         }
     }
 
-    /// Empties sequence `seq`.
+    /// Empties sequence `seq` (recorded as leaving when it held enough).
     pub fn clear(&mut self, seq: usize) -> KvOp {
+        self.note_cut(seq, 0);
+        self.discard(seq)
+    }
+
+    /// Empties sequence `seq` without recording it: what it holds is not worth keeping (a
+    /// failed decode, a prefix about to be replaced, an operation already recorded).
+    pub fn discard(&mut self, seq: usize) -> KvOp {
         self.slots[seq].tokens.clear();
         KvOp::Clear { seq }
     }
@@ -413,6 +448,39 @@ mod tests {
         assert!(t.held(2).is_empty());
         assert_eq!(t.held(0), &[1, 1]);
         assert_eq!(t.held(1), &[2, 2]);
+    }
+
+    #[test]
+    fn with_a_prompt_cache_what_leaves_a_sequence_is_recorded_before_it_goes() {
+        let long = seq(0..100);
+        let mut t = table(&[&seq(200..300), &long, &seq(300..400)], &[false, false, false]);
+        t.keep_from = 64;
+        // A different conversation takes the least recently used sequence: evicted, recorded.
+        let p = t.place(&seq(500..600), &[]).unwrap();
+        assert_eq!(p.seq, 1, "0 holds the (empty) best prefix and is kept; 1 is the oldest of the others");
+        assert_eq!(t.take_leaving(), vec![(1, long.clone())]);
+        assert!(t.take_leaving().is_empty(), "taken once");
+        // Cutting a sequence by fewer than 64 tokens (the same conversation going on) is not.
+        let mut t = table(&[&long], &[false]);
+        t.keep_from = 64;
+        let mut next = long[..90].to_vec();
+        next.extend([7, 7]);
+        t.place(&next, &[]).unwrap();
+        assert!(t.take_leaving().is_empty());
+        // Cut by 64 or more (an engine switching conversations): recorded whole.
+        let mut t = table(&[&long], &[false]);
+        t.keep_from = 64;
+        t.place(&[0, 1, 2, 9, 9], &[]).unwrap();
+        assert_eq!(t.take_leaving(), vec![(0, long.clone())]);
+        // A failed request's sequence is never kept.
+        let mut t = table(&[&long], &[true]);
+        t.keep_from = 64;
+        t.release(0, true);
+        assert!(t.take_leaving().is_empty());
+        // Without a cache nothing is recorded.
+        let mut t = table(&[&long], &[false]);
+        t.clear(0);
+        assert!(t.take_leaving().is_empty());
     }
 
     #[test]
