@@ -22,8 +22,9 @@ import java.util.Objects;
  * @param backendOptions the device and memory fields by their config names ({@code n_gpu_layers},
  *     {@code main_gpu}, {@code split_mode}, {@code tensor_split}, {@code devices},
  *     {@code flash_attn}, {@code offload_kqv}, {@code type_k}, {@code type_v}, {@code use_mmap},
- *     {@code use_mlock}, {@code rpc_servers}; see docs/scaling.md) and the thread settings
- *     ({@code adaptive_threads}, {@code thread_poll}), set with the {@code with} methods below;
+ *     {@code use_mlock}, {@code rpc_servers}; see docs/scaling.md), the thread settings
+ *     ({@code adaptive_threads}, {@code thread_poll}) and {@code prompt_cache}, set with the
+ *     {@code with} methods below;
  *     llb checks them when the engine or pool opens
  */
 public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, Integer batchSize, Long seed,
@@ -157,6 +158,30 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
      */
     public Integer reasoningBudget() {
         return backendOptions.get("reasoning_budget") instanceof Number n ? n.intValue() : null;
+    }
+
+    /**
+     * Sets {@code prompt_cache}: where conversations that leave the context are kept, so that a
+     * later request beginning with one restores it instead of reading its prompt again — in RAM,
+     * and with a directory across restarts and processes (docs/design.md, "The prompt cache").
+     * Unset, llb keeps them in RAM (a budget sized from the model) and writes no files.
+     *
+     * @param cache e.g. {@code PromptCache.onDisk(dir).withDiskBytes(4L << 30)}, or
+     *     {@link PromptCache#OFF}
+     * @return a copy with it set
+     */
+    public ChatConfig withPromptCache(PromptCache cache) {
+        Objects.requireNonNull(cache, "cache");
+        return withOption("prompt_cache", cache.toMap());
+    }
+
+    /**
+     * The {@code prompt_cache} set by {@link #withPromptCache} (or {@link #withOption}).
+     *
+     * @return the settings, or null for llb's defaults
+     */
+    public PromptCache promptCache() {
+        return PromptCache.fromMap(backendOptions.get("prompt_cache"));
     }
 
     /**
