@@ -225,6 +225,39 @@ class LlbChatAutoConfigurationTest {
     }
 
     @Test
+    void aModelOnThePromptCacheDirOfAClosedContextReadsItsPromptFromThere() {
+        Path cacheDir = dir.resolve("prompt-cache");
+        // hundreds of tokens: llb keeps prompts of 64 tokens or more
+        String system = java.util.stream.IntStream.range(0, 100).mapToObj(i -> "lighthouse" + (i % 37))
+                .collect(java.util.stream.Collectors.joining(" "));
+        org.springframework.ai.chat.prompt.Prompt prompt = new org.springframework.ai.chat.prompt.Prompt(java.util.List.of(
+                new org.springframework.ai.chat.messages.SystemMessage(system),
+                new org.springframework.ai.chat.messages.UserMessage("What is the answer?")));
+        ApplicationContextRunner cached = runner.withPropertyValues("llb.chat.model-path=" + toolModel,
+                "llb.chat.options.max-tokens=4", "llb.chat.prompt-cache.dir=" + cacheDir,
+                "llb.chat.prompt-cache.disk-bytes=64MB", "llb.chat.prompt-cache.ram-bytes=0");
+        long[] first = new long[1];
+        cached.run(context -> {
+            assertNull(context.getStartupFailure());
+            var usage = context.getBean(LlbChatModel.class).call(prompt).getMetadata().getUsage();
+            assertEquals(0L, usage.getCacheReadInputTokens(), usage.toString());
+            first[0] = usage.getPromptTokens();
+        }); // closing the context closes the pool, which writes its conversation to the directory
+        cached.run(context -> {
+            assertNull(context.getStartupFailure());
+            var usage = context.getBean(LlbChatModel.class).call(prompt).getMetadata().getUsage();
+            assertEquals(first[0], (long) usage.getPromptTokens());
+            assertTrue(first[0] > 200 && usage.getCacheReadInputTokens() * 10 >= first[0] * 9, usage.toString());
+        });
+        // llb checks the settings: a disk budget without a directory fails start-up naming the field.
+        runner.withPropertyValues("llb.chat.model-path=" + toolModel, "llb.chat.prompt-cache.disk-bytes=1GB").run(context -> {
+            Throwable failure = context.getStartupFailure();
+            assertNotNull(failure, "disk_bytes without dir must be refused");
+            assertTrue(hasMessageContaining(failure, "prompt_cache.disk_bytes"), failure.toString());
+        });
+    }
+
+    @Test
     void withoutAModelStartUpSaysWhatToSetAndEnabledFalseTurnsItOff() {
         runner.run(context -> {
             Throwable failure = context.getStartupFailure();

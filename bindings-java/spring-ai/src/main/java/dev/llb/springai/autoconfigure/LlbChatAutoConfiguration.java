@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.llb.ChatConfig;
 import dev.llb.Llb;
 import dev.llb.LlbException;
+import dev.llb.PromptCache;
 import dev.llb.springai.LlbChatModel;
 import dev.llb.springai.LlbChatOptions;
 import java.nio.file.Path;
@@ -19,6 +20,7 @@ import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean
 import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
 import org.springframework.boot.context.properties.EnableConfigurationProperties;
 import org.springframework.context.annotation.Bean;
+import org.springframework.util.unit.DataSize;
 
 /**
  * Spring Boot auto-configuration of an {@link LlbChatModel} bean (a Spring AI {@code ChatModel})
@@ -74,7 +76,20 @@ public class LlbChatAutoConfiguration {
         ChatConfig config = new ChatConfig(model, p.getContextSize(), p.getThreads(), p.getBatchSize(), null, null);
         config = ifSet(config, p.getAdaptiveThreads(), ChatConfig::withAdaptiveThreads);
         config = ifSet(config, p.getThreadPoll(), ChatConfig::withThreadPoll);
+        config = ifSet(config, promptCache(p.getPromptCache()), ChatConfig::withPromptCache);
         return ifSet(config, p.getGpuLayers(), ChatConfig::withGpuLayers);
+    }
+
+    /** {@code llb.chat.prompt-cache.*}, or null when none of it is set (llb's defaults). */
+    private static PromptCache promptCache(LlbChatProperties.PromptCache p) {
+        if (p.getRamBytes() == null && p.getDir() == null && p.getDiskBytes() == null) {
+            return null;
+        }
+        return new PromptCache(bytes(p.getRamBytes()), p.getDir(), bytes(p.getDiskBytes()));
+    }
+
+    private static Long bytes(DataSize size) {
+        return size == null ? null : size.toBytes();
     }
 
     /** {@code with.apply(config, value)}, or {@code config} as it is when the property is unset. */

@@ -2,6 +2,7 @@ package dev.llb.springai.autoconfigure;
 
 import java.nio.file.Path;
 import org.springframework.boot.context.properties.ConfigurationProperties;
+import org.springframework.util.unit.DataSize;
 
 /**
  * {@code llb.chat.*}: the model (a local GGUF, or a Hugging Face repository pulled at start-up),
@@ -12,6 +13,7 @@ import org.springframework.boot.context.properties.ConfigurationProperties;
  * # or: llb.chat.model=Qwen/Qwen2.5-7B-Instruct-GGUF  (with llb.chat.quant=Q4_K_M)
  * llb.chat.parallel=4
  * llb.chat.context-size=16384
+ * llb.chat.prompt-cache.dir=/var/cache/llb/prompts
  * llb.chat.options.temperature=0.2
  * </pre>
  */
@@ -56,11 +58,67 @@ public class LlbChatProperties {
     private Integer batchSize;
     /** Layers offloaded to GPUs (-1: all; default: all when there is a GPU). */
     private Integer gpuLayers;
+    /** The prompt cache: conversations that leave the context, kept in RAM and on disk. */
+    private final PromptCache promptCache = new PromptCache();
     /** Default request options. */
     private final Options options = new Options();
 
     /** Bound by Spring Boot from {@code llb.chat.*}. */
     public LlbChatProperties() {}
+
+    /**
+     * {@code llb.chat.prompt-cache.*}: llb's {@code prompt_cache} (docs/design.md, "The prompt
+     * cache"). Sizes are bytes, or a Spring {@link DataSize} ({@code 512MB}, {@code 16GB}: binary
+     * units). Unset values take llb's defaults.
+     */
+    public static class PromptCache {
+        /** Bound by Spring Boot from {@code llb.chat.prompt-cache.*}. */
+        public PromptCache() {}
+
+        /** Bytes of conversation states kept in RAM (ram_bytes; llb's default: sized from the model, at most 8 GiB; 0: none). */
+        private DataSize ramBytes;
+        /** The directory of the disk tier, shared across restarts and processes (dir; llb's default: none, no disk tier). */
+        private Path dir;
+        /** Bytes of prompt-cache files the directory may hold (disk_bytes; llb's default: 16 GiB; only with dir). */
+        private DataSize diskBytes;
+
+        /**
+         * Returns ram_bytes.
+         *
+         * @return ram_bytes
+         */
+        public DataSize getRamBytes() { return ramBytes; }
+        /**
+         * Sets ram_bytes.
+         *
+         * @param v ram_bytes
+         */
+        public void setRamBytes(DataSize v) { ramBytes = v; }
+        /**
+         * Returns dir.
+         *
+         * @return dir
+         */
+        public Path getDir() { return dir; }
+        /**
+         * Sets dir.
+         *
+         * @param v dir
+         */
+        public void setDir(Path v) { dir = v; }
+        /**
+         * Returns disk_bytes.
+         *
+         * @return disk_bytes
+         */
+        public DataSize getDiskBytes() { return diskBytes; }
+        /**
+         * Sets disk_bytes.
+         *
+         * @param v disk_bytes
+         */
+        public void setDiskBytes(DataSize v) { diskBytes = v; }
+    }
 
     /** {@code llb.chat.options.*}: the model's default request options. */
     public static class Options {
@@ -426,6 +484,12 @@ public class LlbChatProperties {
      * @param v n_gpu_layers
      */
     public void setGpuLayers(Integer v) { gpuLayers = v; }
+    /**
+     * Returns the prompt cache settings.
+     *
+     * @return {@code llb.chat.prompt-cache.*}
+     */
+    public PromptCache getPromptCache() { return promptCache; }
     /**
      * Returns the default request options.
      *

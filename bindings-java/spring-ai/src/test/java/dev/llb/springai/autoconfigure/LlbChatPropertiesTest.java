@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 
 import dev.llb.ChatConfig;
+import dev.llb.PromptCache;
 import java.nio.file.Path;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
@@ -32,10 +33,25 @@ class LlbChatPropertiesTest {
     }
 
     @Test
+    void promptCacheSettingsReachTheConfig() {
+        ChatConfig config = configOf(Map.of("llb.chat.prompt-cache.ram-bytes", "0",
+                "llb.chat.prompt-cache.dir", "/var/cache/llb/prompts", "llb.chat.prompt-cache.disk-bytes", "4GB"));
+        assertEquals(new PromptCache(0L, Path.of("/var/cache/llb/prompts"), 4L << 30), config.promptCache());
+        // written into llb's config JSON as it is: sizes in bytes (Spring's units are binary), the directory as text
+        assertEquals(Map.of("prompt_cache", Map.of("ram_bytes", 0L, "dir", "/var/cache/llb/prompts", "disk_bytes", 4L << 30)),
+                config.backendOptions());
+        assertEquals(Map.of("prompt_cache", Map.of("ram_bytes", 536870912L)),
+                configOf(Map.of("llb.chat.prompt-cache.ram-bytes", "536870912")).backendOptions());
+        assertEquals(new PromptCache(null, Path.of("cache"), null),
+                configOf(Map.of("llb.chat.prompt-cache.dir", "cache")).promptCache());
+    }
+
+    @Test
     void unsetSettingsAreLeftToLlb() {
         ChatConfig config = configOf(Map.of());
         assertNull(config.threads());
         assertNull(config.contextSize());
+        assertNull(config.promptCache());
         assertEquals(Map.of(), config.backendOptions());
     }
 }
