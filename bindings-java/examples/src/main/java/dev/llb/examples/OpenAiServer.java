@@ -6,6 +6,7 @@ import dev.llb.ChatPool;
 import dev.llb.Llb;
 import dev.llb.LlbException;
 import dev.llb.ModelInfo;
+import dev.llb.PromptCache;
 import dev.llb.ToolsUnsupportedException;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -19,7 +20,8 @@ import java.util.concurrent.Executors;
  * {@code "stream":true}), errors as OpenAI error objects.
  *
  * <pre>run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N]
- *     [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N] [--reasoning-budget N]</pre>
+ *     [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N] [--reasoning-budget N]
+ *     [--prompt-cache-dir DIR] [--prompt-cache-ram-bytes N] [--prompt-cache-disk-bytes N]</pre>
  *
  * <p>{@code --port 0} picks a free port; the first line on stdout says which. Every request runs
  * on one llb pool ({@link ChatPool}): up to {@code --parallel} decode at once in one batched
@@ -31,7 +33,12 @@ import java.util.concurrent.Executors;
  * of the decode threads; {@code --adaptive-threads} and {@code --thread-poll} are llb's
  * {@code adaptive_threads} (default true) and {@code thread_poll} (default 0);
  * {@code --reasoning-budget} is llb's default {@code reasoning_budget} (tokens; -1 unlimited, 0 no
- * thinking), which a request's own field overrides.
+ * thinking), which a request's own field overrides. The {@code --prompt-cache-*} flags are llb's
+ * {@code prompt_cache} ({@link PromptCache}): {@code --prompt-cache-dir} keeps conversations that
+ * leave the context in a directory, written through and when the server stops, so a restarted
+ * server restores their prompts instead of reading them (none by default);
+ * {@code --prompt-cache-ram-bytes} is the RAM tier's budget (default sized from the model, 0 none);
+ * {@code --prompt-cache-disk-bytes} the directory's (default 16 GiB).
  * {@code /v1/models} reports the model's {@code supports_tools} and {@code caps} ({@link Llb#modelInfo}).
  * A model that llb refuses for lack of tool calling still starts the server, which then answers
  * every completion with llb's refusal (422, code {@code tools_unsupported}); other load failures
@@ -40,12 +47,14 @@ import java.util.concurrent.Executors;
 public final class OpenAiServer {
     private static final String USAGE =
             "usage: run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N]"
-                    + " [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N] [--reasoning-budget N]";
+                    + " [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N] [--reasoning-budget N]"
+                    + " [--prompt-cache-dir DIR] [--prompt-cache-ram-bytes N] [--prompt-cache-disk-bytes N]";
 
     private OpenAiServer() {}
 
     record Options(Path model, String host, int port, int parallel, Integer queue, Integer threads,
-            Boolean adaptiveThreads, Integer threadPoll, Integer contextSize, Integer reasoningBudget) {
+            Boolean adaptiveThreads, Integer threadPoll, Integer contextSize, Integer reasoningBudget,
+            PromptCache promptCache) {
         static Options parse(String[] args) {
             Path model = null;
             String host = "127.0.0.1";
@@ -57,6 +66,7 @@ public final class OpenAiServer {
             Integer threadPoll = null;
             Integer contextSize = null;
             Integer reasoningBudget = null;
+            PromptCache promptCache = null; // null: no --prompt-cache-* flag, llb's defaults
             for (int i = 0; i < args.length; i++) {
                 String flag = args[i];
                 if (i + 1 >= args.length) {
@@ -79,6 +89,12 @@ public final class OpenAiServer {
                     case "--thread-poll" -> threadPoll = Integer.parseInt(value);
                     case "--ctx" -> contextSize = Integer.parseInt(value);
                     case "--reasoning-budget" -> reasoningBudget = Integer.parseInt(value);
+                    case "--prompt-cache-dir" ->
+                        promptCache = (promptCache == null ? PromptCache.DEFAULT : promptCache).withDir(Path.of(value));
+                    case "--prompt-cache-ram-bytes" ->
+                        promptCache = (promptCache == null ? PromptCache.DEFAULT : promptCache).withRamBytes(Long.parseLong(value));
+                    case "--prompt-cache-disk-bytes" ->
+                        promptCache = (promptCache == null ? PromptCache.DEFAULT : promptCache).withDiskBytes(Long.parseLong(value));
                     default -> throw new IllegalArgumentException("unknown option " + flag);
                 }
             }
@@ -89,7 +105,7 @@ public final class OpenAiServer {
                 throw new IllegalArgumentException("--parallel must be at least 1");
             }
             return new Options(model, host, port, parallel, queue, threads, adaptiveThreads, threadPoll, contextSize,
-                    reasoningBudget);
+                    reasoningBudget, promptCache);
         }
     }
 
@@ -113,6 +129,9 @@ public final class OpenAiServer {
         }
         if (options.reasoningBudget() != null) {
             config = config.withReasoningBudget(options.reasoningBudget());
+        }
+        if (options.promptCache() != null) {
+            config = config.withPromptCache(options.promptCache());
         }
 
         // The header's capabilities, for /v1/models (llb_model_info reads no weights).
