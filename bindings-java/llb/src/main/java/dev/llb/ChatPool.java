@@ -1,5 +1,6 @@
 package dev.llb;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.lang.foreign.MemorySegment;
 import java.lang.ref.Cleaner;
@@ -23,14 +24,17 @@ import java.util.Set;
  * Any number of threads may call {@link #infer} and {@link #stream} at once; each call blocks its
  * thread until its own completion, and its chunk consumer runs on that thread. Up to
  * {@code parallel} requests decode at once, up to {@code maxQueue} more wait for a turn; past
- * that a call fails at once with {@link LlbException} code {@code "queue_full"}. Cancelling one
- * request never disturbs the others. {@link #close()} may be called from any thread: it cancels
- * the running calls, waits for them, then frees the pool.
+ * that a call fails at once with {@link QueueFullException} (code {@code "queue_full"}): on the
+ * calling thread when llb's counts already show the pool full ({@link #throwIfFull()}), else from
+ * llb, which checks and takes a place in one step, so the bound holds however many threads call
+ * at once. Cancelling one request never disturbs the others. {@link #close()} may be called from
+ * any thread: it cancels the running calls, waits for them, then frees the pool.
  *
  * <p>Virtual threads never pin a carrier here: from a virtual thread the native call runs on one
  * of the binding's platform threads while the caller waits unmounted, its chunks relayed to its
  * consumer on its own thread; interrupting it cancels its request. So N virtual threads run N
- * requests at once, however few the carriers.
+ * requests at once, however few the carriers. A call refused because the pool is full never
+ * leaves its thread: under a burst, the refusals cost no platform thread.
  *
  * <h2>Callbacks</h2>
  * As for {@link ChatEngine}: whatever a chunk consumer throws cancels its own request and is
@@ -117,14 +121,56 @@ public final class ChatPool extends Chat {
         }
     }
 
+    /**
+     * Refuses at once when the pool is already full: throws {@link QueueFullException} when llb's
+     * own counts ({@code llb_pool_stats}) show {@code running + queued} at {@code parallel +
+     * maxQueue}. A cheap check on the calling thread: one short native call, no request parsed,
+     * no thread switched. It takes no place, so it is only an early answer: a call made after it
+     * returns may still be refused by llb, which checks and takes a place in one step.
+     * {@link #infer} and {@link #stream} run it first; a server calls it to refuse a request before
+     * reading it (the example server does).
+     *
+     * @throws QueueFullException when every place of the pool is taken
+     * @throws IllegalStateException after {@link #close()}
+     */
+    public void throwIfFull() {
+        enter(null);
+        try {
+            refuseIfFull();
+        } finally {
+            leave(null);
+        }
+    }
+
     @Override
     String run(ChatCall call) {
         EventDispatcher events = new EventDispatcher();
         enter(events);
         try {
+            // Before the native call: from a virtual thread, the call below runs on a platform
+            // thread of NativeThreads; a refusal the counts already show needs none.
+            refuseIfFull();
             return call.run(events, json -> Native.poolInfer(handle, json, events));
         } finally {
             leave(events);
+        }
+    }
+
+    /** {@link #throwIfFull()} inside {@link #enter}/{@link #leave}. */
+    private void refuseIfFull() {
+        String json = Native.poolStats(handle);
+        if (Json.isError(json)) {
+            return; // not a live pool's counts: llb_pool_infer reports what is wrong
+        }
+        JsonNode stats = Json.parse(json);
+        int running = stats.path("running").asInt();
+        int queued = stats.path("queued").asInt();
+        int parallel = stats.path("n_parallel").asInt();
+        int maxQueue = stats.path("max_queue").asInt();
+        if (running + queued >= parallel + maxQueue) {
+            // llb's own words for queue_full (Scheduler::reserve); no llb JSON: the binding refused.
+            throw new QueueFullException(running + " requests are running and " + queued + " are waiting (n_parallel "
+                    + parallel + ", max_queue " + maxQueue + "): retry later", null);
         }
     }
 

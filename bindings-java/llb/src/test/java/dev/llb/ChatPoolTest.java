@@ -6,11 +6,13 @@ import static dev.llb.Completions.json;
 import static dev.llb.Completions.message;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
@@ -24,7 +26,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-/** A pool from many threads: concurrent requests, one cancelled, queue_full, close while running. */
+/** A pool from many threads: concurrent requests, one cancelled, queue_full (on the calling thread), close while running. */
 class ChatPoolTest {
     private static final long TIMEOUT_S = 120;
 
@@ -108,22 +110,48 @@ class ChatPoolTest {
     @Test
     void pastItsQueueAPoolAnswersQueueFull() throws Exception {
         try (ChatPool pool = ChatPool.open(config(), 1, 0)) {
+            pool.throwIfFull(); // empty: room for one
             CountDownLatch streaming = new CountDownLatch(1);
             CountDownLatch release = new CountDownLatch(1);
             Future<String> first = threads.submit(() -> pool.stream(Requests.text(8), c -> {
                 streaming.countDown();
                 await(release);
             }));
-            assertTrue(streaming.await(TIMEOUT_S, TimeUnit.SECONDS));
-            long refusedIn = System.nanoTime();
-            QueueFullException e = assertThrows(QueueFullException.class, () -> pool.infer(Requests.toolRequired()));
-            refusedIn = System.nanoTime() - refusedIn;
-            assertEquals("queue_full", e.code());
-            assertTrue(e.isTransient(), "queue_full is worth a retry");
-            assertTrue(refusedIn < 1_000_000_000L, "refused at once, not queued: " + refusedIn / 1e6 + " ms");
-            assertThrows(QueueFullException.class, () -> pool.stream(Requests.toolRequired(), c -> { }));
-            release.countDown();
+            try {
+                assertTrue(streaming.await(TIMEOUT_S, TimeUnit.SECONDS));
+                long refusedIn = System.nanoTime();
+                QueueFullException e = assertThrows(QueueFullException.class, () -> pool.infer(Requests.toolRequired()));
+                refusedIn = System.nanoTime() - refusedIn;
+                assertEquals("queue_full", e.code());
+                assertTrue(e.isTransient(), "queue_full is worth a retry");
+                assertTrue(refusedIn < 1_000_000_000L, "refused at once, not queued: " + refusedIn / 1e6 + " ms");
+                // llb's counts showed the pool full: the binding refused before llb_pool_infer (no llb JSON),
+                // in llb's words.
+                assertNull(e.json(), e.toString());
+                assertTrue(e.getMessage().startsWith("1 requests are running and 0 are waiting (n_parallel 1, max_queue 0)"),
+                        e.getMessage());
+                assertThrows(QueueFullException.class, () -> pool.stream(Requests.toolRequired(), c -> { }));
+                QueueFullException early = assertThrows(QueueFullException.class, pool::throwIfFull);
+                assertEquals(e.getMessage(), early.getMessage());
+                // From a virtual thread too, and without the hop to a platform thread (NativeThreads)
+                // that a call which reaches llb takes: the refusal is made on the calling thread.
+                Throwable[] fromVirtual = new Throwable[1];
+                Thread.ofVirtual().start(() -> {
+                    try {
+                        pool.stream(Requests.toolRequired(), c -> { });
+                    } catch (Throwable t) {
+                        fromVirtual[0] = t;
+                    }
+                }).join();
+                assertTrue(fromVirtual[0] instanceof QueueFullException, String.valueOf(fromVirtual[0]));
+                assertFalse(Arrays.stream(fromVirtual[0].getStackTrace())
+                        .anyMatch(f -> f.getClassName().startsWith(NativeThreads.class.getName())),
+                        () -> "refused on a platform thread: " + Arrays.toString(fromVirtual[0].getStackTrace()));
+            } finally {
+                release.countDown(); // a failed check must not leave close() waiting for the first
+            }
             first.get(TIMEOUT_S, TimeUnit.SECONDS);
+            pool.throwIfFull(); // the first left: room again
             assertOneValidToolCall(message(pool.infer(Requests.toolRequired())));
         }
     }
@@ -143,6 +171,7 @@ class ChatPoolTest {
                     .path("choices").path(0).path("finish_reason").asText());
         }
         assertThrows(IllegalStateException.class, () -> pool.infer(Requests.toolRequired()));
+        assertThrows(IllegalStateException.class, pool::throwIfFull);
         pool.close(); // idempotent
     }
 

@@ -51,6 +51,9 @@ final class ChatCompletionsHandler implements HttpHandler {
         if (refusal != null) {
             throw ApiError.of(refusal);
         }
+        // A full pool refuses before the body is read or parsed: under a burst, a refusal is the
+        // cheapest request the server answers (llb still has the last word on admission).
+        pool.throwIfFull();
         String body = Exchanges.body(exchange);
         // The pool runs this request beside the others (or queues it; past its queue: queue_full).
         if (wantsStream(body)) {

@@ -17,7 +17,8 @@ import java.util.concurrent.Executors;
 /**
  * A minimal OpenAI-compatible server over llb, on the JDK's built-in HTTP server:
  * {@code GET /v1/models}, {@code POST /v1/chat/completions} (JSON, or Server-Sent Events with
- * {@code "stream":true}), errors as OpenAI error objects.
+ * {@code "stream":true}), errors as OpenAI error objects; and {@code GET /pool}, llb's
+ * {@code pool_stats} (running and waiting requests, {@link PoolHandler}).
  *
  * <pre>run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N]
  *     [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N] [--reasoning-budget N]
@@ -27,7 +28,8 @@ import java.util.concurrent.Executors;
  * on one llb pool ({@link ChatPool}): up to {@code --parallel} decode at once in one batched
  * context, sharing prompt prefixes; up to {@code --queue} more wait (llb's default: 16 per
  * parallel request), and past that a request is refused at once: 503 with a {@code Retry-After}
- * header and an OpenAI error whose {@code code} is {@code queue_full}. {@code --ctx} is the
+ * header and an OpenAI error whose {@code code} is {@code queue_full}, before its body is read
+ * when llb's counts already show the pool full ({@link ChatPool#throwIfFull()}). {@code --ctx} is the
  * KV budget all requests share (llb's default: 4096 tokens per parallel request);
  * {@code --threads} defaults to llb's process-wide budget (the machine's cores) and is the ceiling
  * of the decode threads; {@code --adaptive-threads} and {@code --thread-poll} are llb's
@@ -161,6 +163,7 @@ public final class OpenAiServer {
         server.setExecutor(workers);
         server.createContext("/v1/models", new ModelsHandler(modelId, pool != null, info, refusal == null ? null : refusal.caps()));
         server.createContext("/v1/chat/completions", new ChatCompletionsHandler(pool, refusal));
+        server.createContext("/pool", new PoolHandler(pool, refusal));
         server.createContext("/", exchange -> {
             try (exchange) {
                 Exchanges.error(exchange, ApiError.invalidRequest(404, "unknown_url",
