@@ -209,6 +209,11 @@ unsafe fn engine_config(config_json: *const c_char) -> crate::error::Result<crat
 /// off where the template allows; as llama-server's `--reasoning-budget`): past it the template's
 /// end-of-thinking tag is forced and the reply goes on. A request's own field overrides it;
 /// without either, `tool_choice` required/named gets half the reply's room (docs/tool-calls.md).
+/// `"prompt_cache": {"ram_bytes": N, "dir": "...", "disk_bytes": N}` (each optional): a
+/// conversation that leaves the context is kept as its KV state in RAM (default budget sized
+/// from the model; 0: none) and, with `dir`, in files that outlive the process (default budget
+/// 16 GiB); a prompt that begins with a kept one restores it instead of reading it
+/// (docs/design.md, "The prompt cache"). Freeing the engine writes what it holds to `dir`.
 ///
 /// Devices and memory (all optional; docs/scaling.md): `n_gpu_layers` (default: every layer
 /// when a GPU device exists, else 0; -1 = all), `main_gpu`, `split_mode` (`none`|`layer`|`row`),
@@ -278,7 +283,10 @@ pub unsafe extern "C" fn llb_chat_create(
 /// Runs one OpenAI chat completion on the engine and returns the `chat.completion` JSON:
 /// `{"id","object":"chat.completion","created","model","choices":[{"index":0,"message":{"role":
 /// "assistant","content":...,"tool_calls":[...],"reasoning_content":...},"finish_reason":...}],
-/// "usage":{...,"prompt_tokens_details":{"cached_tokens":N}},"timings":{...}}`.
+/// "usage":{...,"prompt_tokens_details":{"cached_tokens":N}},"timings":{...}}`. `cached_tokens`
+/// counts the prompt tokens the context held or the prompt cache restored
+/// (`timings.cache_restored_n`, `timings.cache_restore_ms`); a prompt-cache file found bad is
+/// reported in `warnings` and as a `{"type":"warning","code":"prompt_cache_ignored",...}` event.
 ///
 /// With `"stream": true`, each delta also goes to the engine's `on_event` as
 /// `{"type":"chunk","data":<chat.completion.chunk>}` while generating, and the final completion
@@ -455,7 +463,9 @@ pub unsafe extern "C" fn llb_pool_infer(
 /// `running + queued` never exceeds `n_parallel + max_queue`; `queued` counts the waiting
 /// requests, `preparing` of them still making their prompt; `request_bytes` is what the
 /// requests in the pool hold in token lists; `lost` is the message of the error that made the
-/// pool unusable (an RPC server lost mid-request), null while it works.
+/// pool unusable (an RPC server lost mid-request), null while it works. `prompt_cache`: the
+/// prompt cache's bytes, entries, hits, misses and evictions per tier (docs/design.md, "The
+/// prompt cache").
 ///
 /// Ownership: the caller owns the returned string; release it with `llb_string_free` exactly
 /// once. Never returns NULL.
