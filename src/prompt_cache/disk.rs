@@ -49,8 +49,13 @@ enum Work {
     Flush(SyncSender<()>),
 }
 
+/// How long stats reuse a listing of the directory (hosts may poll stats on every request).
+const USAGE_TTL: Duration = Duration::from_millis(500);
+
 pub struct Disk {
     inner: Arc<Inner>,
+    /// The last listing for stats: when, bytes, files.
+    usage: Mutex<(Option<std::time::Instant>, u64, usize)>,
     queue: Option<SyncSender<Work>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -76,7 +81,7 @@ impl Disk {
         let (tx, rx) = sync_channel(QUEUE);
         let w = inner.clone();
         let thread = std::thread::Builder::new().name("llb-cache-writer".into()).spawn(move || w.serve(rx))?;
-        Ok(Disk { inner, queue: Some(tx), thread: Some(thread) })
+        Ok(Disk { inner, usage: Mutex::new((None, 0, 0)), queue: Some(tx), thread: Some(thread) })
     }
 
     /// The file of this key sharing the longest prefix with `prompt` (at most `limit` tokens),
@@ -129,9 +134,17 @@ impl Disk {
         }
     }
 
-    /// Bytes and files of prompt-cache files in the directory (every key's), and the counters.
+    /// Bytes and files of prompt-cache files in the directory (every key's; listed at most once
+    /// per [`USAGE_TTL`]), and the counters.
     pub fn stats(&self) -> serde_json::Value {
-        let (bytes, files) = self.inner.listing().iter().fold((0, 0), |(b, n), f| (b + f.bytes, n + 1));
+        let (bytes, files) = {
+            let mut usage = lock(&self.usage);
+            if usage.0.is_none_or(|t| t.elapsed() > USAGE_TTL) {
+                let l = self.inner.listing();
+                *usage = (Some(std::time::Instant::now()), l.iter().map(|f| f.bytes).sum(), l.len());
+            }
+            (usage.1, usage.2)
+        };
         serde_json::json!({
             "dir": self.inner.dir,
             "disk_budget": self.inner.budget,

@@ -260,6 +260,9 @@ impl Scheduler {
 
     /// A snapshot for hosts and tests: sequences, what they hold, running and queued requests.
     pub fn stats(&self) -> serde_json::Value {
+        // The prompt cache's own stats are taken outside the state's lock (they may list a
+        // directory): a host polling stats never holds up the scheduler.
+        let prompt_cache = self.shared.cache.stats();
         let st = lock(&self.shared.state);
         let held = st.slots.tokens_held();
         let (running, queued) = st.counts();
@@ -274,7 +277,7 @@ impl Scheduler {
             "request_bytes": st.request_bytes(),
             "tokens_held": held,
             "lost": st.lost,
-            "prompt_cache": self.shared.cache.stats(),
+            "prompt_cache": prompt_cache,
         })
     }
 }
