@@ -9,10 +9,14 @@
 //!   ... --one [N]: one engine's median rate alone, adaptive or fixed at N threads (to probe a
 //!   load by hand: start the busy loops yourself)
 
+#[path = "peer/llama_server.rs"]
+mod llama_server;
+
+use llama_server::LlamaServer;
 use llb::engine::Engine;
 use llb::request::EngineConfig;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -71,41 +75,16 @@ impl Drop for Busy {
     }
 }
 
-/// A llama-server on a free loopback port, killed on drop.
-struct Server(Child, u16);
+/// llama-server (the pinned tree's) on `model`, one slot.
+fn start_peer(bin: &str, model: &str) -> LlamaServer {
+    let args = ["-m", model, "-c", "2048", "--jinja", "--parallel", "1"];
+    LlamaServer::start(bin, &args.map(String::from))
+}
+
+/// The peer's rates.
+struct Server(LlamaServer);
+
 impl Server {
-    fn start(bin: &str, model: &str) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(bin)
-            .args(["-m", model, "--port", &port.to_string(), "-c", "2048", "--jinja", "--parallel", "1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let s = Server(child, port);
-        for _ in 0..600 {
-            if s.post("/health", "").is_some_and(|b| b.contains("ok")) {
-                return s;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("llama-server did not start");
-    }
-
-    fn post(&self, path: &str, body: &str) -> Option<String> {
-        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.1)).ok()?;
-        let method = if body.is_empty() { "GET" } else { "POST" };
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
-        c.write_all(head.as_bytes()).ok()?;
-        c.write_all(body.as_bytes()).ok()?;
-        let mut out = String::new();
-        c.read_to_string(&mut out).ok()?;
-        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
-    }
-
     /// Median decode rate of `REPS` requests. Each streams with llama-server's per-token timings
     /// and is cut after `PEER_DEADLINE` (the rate so far counts): with every core busy the
     /// default OpenMP build decodes well under one token a second.
@@ -119,7 +98,7 @@ impl Server {
         body["stream"] = json!(true);
         body["timings_per_token"] = json!(true);
         let body = body.to_string();
-        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.1)).ok()?;
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.0.port())).ok()?;
         c.set_read_timeout(Some(PEER_DEADLINE)).ok()?;
         let head = format!(
             "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -147,12 +126,6 @@ impl Server {
         rate
     }
 }
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Two copies of this program, each measuring llb alone, at once: their two rates.
 fn two_processes() -> (f64, f64) {
@@ -175,7 +148,7 @@ fn main() {
         println!("{}", llb_rate(&model, fixed.is_none(), fixed));
         return;
     }
-    let server = std::env::var("LLB_LLAMA_SERVER").ok().map(|b| Server::start(&b, &model));
+    let server = std::env::var("LLB_LLAMA_SERVER").ok().map(|b| Server(start_peer(&b, &model)));
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     println!("| busy loops | llb adaptive tok/s | llb fixed threads tok/s | llama-server tok/s |");
     println!("|---|---|---|---|");

@@ -13,14 +13,16 @@
 //!   LLB_BENCH_MODEL=m.gguf         another model (a tool template; scripts/bench-gpu.sh's shapes)
 //!   LLB_BENCH_NGL=N                layers on the GPU for both (-1: all; default: each one's own)
 
+#[path = "peer/llama_server.rs"]
+mod llama_server;
+
+use llama_server::LlamaServer;
 use llb::engine::{Engine, Pool};
 use llb::fixture::{self, FixtureOptions, Size};
 use llb::request::EngineConfig;
 use serde_json::{json, Value};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const REPS: usize = 5;
 const MAX_TOKENS: u32 = 128;
@@ -115,61 +117,32 @@ fn llb_rate(e: &Engine, temperature: f64) -> f64 {
     median(rates.collect())
 }
 
-/// A llama-server on a free loopback port, killed on drop.
-struct Server(Child, u16);
+/// llama-server (the pinned tree's) on `model`, one slot, the benchmark's threads and layers.
+fn start_peer(bin: &str, model: &Path) -> LlamaServer {
+    let t = threads().to_string();
+    let mut args: Vec<String> = ["-m", model.to_str().unwrap(), "-c", "4096", "--jinja", "--parallel", "1", "-t", &t, "-tb", &t]
+        .map(String::from)
+        .to_vec();
+    if let Some(n) = ngl() {
+        args.extend(["-ngl".to_string(), if n < 0 { "999".into() } else { n.to_string() }]);
+    }
+    LlamaServer::start(bin, &args)
+}
+
+/// The peer's rates.
+struct Server(LlamaServer);
 
 impl Server {
-    fn start(bin: &str, model: &Path) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let t = threads().to_string();
-        let child = Command::new(bin)
-            .args(["-m", model.to_str().unwrap(), "--port", &port.to_string(), "-c", "4096", "--jinja"])
-            .args(["--parallel", "1", "-t", &t, "-tb", &t])
-            .args(ngl().map(|n| vec!["-ngl".to_string(), if n < 0 { "999".into() } else { n.to_string() }]).unwrap_or_default())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let s = Server(child, port);
-        for _ in 0..600 {
-            if s.call("GET", "/health", "").is_some_and(|b| b.contains("ok")) {
-                return s;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("llama-server did not start");
-    }
-
-    fn call(&self, method: &str, path: &str, body: &str) -> Option<String> {
-        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.1)).ok()?;
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
-        c.write_all(head.as_bytes()).ok()?;
-        c.write_all(body.as_bytes()).ok()?;
-        let mut out = String::new();
-        c.read_to_string(&mut out).ok()?;
-        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
-    }
-
     fn rate(&self, temperature: f64) -> f64 {
         let rates = (0..REPS).map(|i| {
             let body = plain(temperature, &format!("Tell me a long story, number {i}.")).to_string();
-            let out = self.call("POST", "/v1/chat/completions", &body).expect("llama-server answered nothing");
-            let v: Value = serde_json::from_str(&out).expect("llama-server's answer is JSON");
+            let v = self.0.chat(&serde_json::from_str(&body).unwrap());
             v["timings"]["predicted_per_second"].as_f64().expect("llama-server reported no timings")
         });
         median(rates.collect())
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Everything but the prompt's evaluation, in ms (what a request costs beyond reading it), and of
 /// that the part that is not `llama_decode` (llb's own).
@@ -226,7 +199,7 @@ fn main() {
         println!("  T={t}: host {host:.3} ms/token (goal <= {goal}; of it sampling {sampling:.3}), decode {decode:.3} ms/token, {n:.0} tokens");
     }
     println!("\n(b) plain decode, tokens/s (same fixture, {} threads)", threads());
-    let peer = std::env::var("LLB_LLAMA_SERVER").ok().map(|bin| Server::start(&bin, &path));
+    let peer = std::env::var("LLB_LLAMA_SERVER").ok().map(|bin| Server(start_peer(&bin, &path)));
     for t in [0.0, 1.0] {
         let ours = llb_rate(&e, t);
         match &peer {

@@ -13,13 +13,15 @@
 //!
 //!   scripts/bench-prompt-cache.sh      LLB_BENCH_THREADS=N (default 2)
 
+#[path = "peer/llama_server.rs"]
+mod llama_server;
+
+use llama_server::LlamaServer;
 use llb::engine::{Engine, Pool};
 use llb::request::EngineConfig;
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::process::Command;
 
 fn threads() -> i32 {
     std::env::var("LLB_BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2)
@@ -151,57 +153,13 @@ fn pools(server: Option<&str>) {
     println!("    rounds 2-6: {:.3}x without the cache; all rounds: {:.3}x", with.1 as f64 / without.1 as f64,
         (with.0 + with.1) as f64 / (without.0 + without.1) as f64);
     if let Some(bin) = server {
-        let s = Server::start(bin, &model());
+        let m = model();
+        let t = threads().to_string();
+        let args = ["-m", m.to_str().unwrap(), "-c", "8192", "--jinja", "--parallel", "2", "--cache-ram", "8192", "-t", &t, "-tb", &t];
+        let s = LlamaServer::start(bin, &args.map(String::from));
         let peer = round_robin(|req| s.chat(req));
         println!("(d) llama-server --parallel 2 -c 8192 --cache-ram 8192 on (c): round 1 / rounds 2-6 read {} / {}", peer.0, peer.1);
         println!("    llb with the cache / llama-server, rounds 2-6: {:.3}x", with.1 as f64 / peer.1.max(1) as f64);
-    }
-}
-
-/// A llama-server on a free loopback port, killed on drop.
-struct Server(Child, u16);
-
-impl Server {
-    fn start(bin: &str, model: &Path) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let t = threads().to_string();
-        let child = Command::new(bin)
-            .args(["-m", model.to_str().unwrap(), "--port", &port.to_string(), "-c", "8192", "--jinja"])
-            .args(["--parallel", "2", "--cache-ram", "8192", "-t", &t, "-tb", &t])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let s = Server(child, port);
-        for _ in 0..600 {
-            if s.post("GET", "/health", "").is_some_and(|b| b.contains("ok")) {
-                return s;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("llama-server did not start");
-    }
-
-    fn post(&self, method: &str, path: &str, body: &str) -> Option<String> {
-        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.1)).ok()?;
-        let head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-        c.write_all(head.as_bytes()).ok()?;
-        c.write_all(body.as_bytes()).ok()?;
-        let mut out = String::new();
-        c.read_to_string(&mut out).ok()?;
-        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
-    }
-
-    fn chat(&self, req: &Value) -> Value {
-        let out = self.post("POST", "/v1/chat/completions", &req.to_string()).expect("llama-server answered nothing");
-        serde_json::from_str(&out).expect("llama-server's answer is JSON")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
