@@ -31,7 +31,7 @@
 
 use crate::error::{bail, Result};
 use crate::request::wire::Tool;
-use crate::grammar::gbnf::literal as gbnf_literal;
+use crate::grammar::gbnf::{exclusion_group as find_exclusion_group, group_end, literal as gbnf_literal, skip_quoted};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -462,69 +462,6 @@ fn rule_name(s: &str) -> String {
 /// Splits `name ::= body` lines.
 fn parse_rules(g: &str) -> Vec<(String, String)> {
     g.lines().filter_map(|l| l.split_once(" ::= ").map(|(n, b)| (n.trim().to_string(), b.to_string()))).collect()
-}
-
-/// Byte ranges of top-level tokens of a rule body: literals, classes, groups and names.
-/// Returns the span of the first `( ... )*` group whose text starts with `([^`.
-fn find_exclusion_group(body: &str) -> Option<(usize, usize)> {
-    let b = body.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'"' => i = skip_quoted(b, i, b'"'),
-            b'[' => i = skip_quoted(b, i, b']'),
-            b'(' if body[i..].starts_with("([^") => {
-                let j = group_end(b, i)?;
-                return (b.get(j + 1) == Some(&b'*')).then_some((i, j + 2));
-            }
-            _ => i += 1,
-        }
-    }
-    None
-}
-
-/// The index of the `)` closing the group opened at `open`, skipping literals and classes.
-fn group_end(b: &[u8], open: usize) -> Option<usize> {
-    let mut depth = 0;
-    let mut j = open;
-    while j < b.len() {
-        match b[j] {
-            b'"' => {
-                j = skip_quoted(b, j, b'"');
-                continue;
-            }
-            b'[' => {
-                j = skip_quoted(b, j, b']');
-                continue;
-            }
-            b'(' => depth += 1,
-            b')' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(j);
-                }
-            }
-            _ => {}
-        }
-        j += 1;
-    }
-    None
-}
-
-/// Index just past a quoted run starting at `i` (a `"` literal or a `[` class), honouring `\`.
-fn skip_quoted(b: &[u8], i: usize, close: u8) -> usize {
-    let mut j = i + 1;
-    while j < b.len() {
-        if b[j] == b'\\' {
-            j += 2;
-            continue;
-        }
-        if b[j] == close {
-            return j + 1;
-        }
-        j += 1;
-    }
-    b.len()
 }
 
 fn is_exclusion_rule(body: &str) -> bool {
