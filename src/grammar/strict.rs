@@ -468,15 +468,6 @@ fn is_exclusion_rule(body: &str) -> bool {
     find_exclusion_group(body) == Some((0, body.trim_end().len()))
 }
 
-fn string_enum(schema: &Value) -> Option<Vec<String>> {
-    let e = schema.get("enum")?.as_array()?;
-    let t = schema.get("type").and_then(Value::as_str);
-    if e.is_empty() || !(t.is_none() || t == Some("string")) {
-        return None;
-    }
-    e.iter().map(|v| v.as_str().map(str::to_string)).collect()
-}
-
 /// Bounds character-class repetitions: `]+` → `]{1,64}`, `]*` → `]{0,64}`; with `groups`,
 /// group repetitions too (`)*` → `){0,64}`).
 fn bound_repetitions(body: &str, groups: bool) -> String {
@@ -723,21 +714,65 @@ fn constrain_raw_text_args(
     }
 }
 
-/// What a raw-text value with this schema may be, replacing the free-text `group`: a string
-/// enum's or a const's literals, or a bounded string over the group's first character class
-/// (none of whose characters can start the closing tag). None leaves the free text.
+/// What a raw-text value with this schema may be, replacing the free-text `group`: the texts of
+/// the strings the schema admits, where llb can bound them ([`raw_strings`]) over the group's
+/// first character class (none of whose characters can start the closing tag). None leaves the
+/// free text.
 fn raw_text_alternatives(schema: &Value, group: &str) -> Option<String> {
-    if let Some(values) = string_enum(schema) {
-        return Some(format!("({})", values.iter().map(|v| gbnf_literal(v)).collect::<Vec<_>>().join(" | ")));
-    }
-    if let Some(c) = schema.get("const").and_then(Value::as_str) {
-        return Some(gbnf_literal(c));
-    }
-    if schema.get("type").and_then(Value::as_str) != Some("string") {
-        return None;
-    }
     let class = group.get(1..).and_then(|g| g.split(' ').next()).filter(|c| c.starts_with("[^"))?;
-    bounded_string_content(schema, class).map(|content| format!("({content})"))
+    match raw_strings(schema, class) {
+        RawStrings::These(alts) if !alts.is_empty() => Some(format!("({})", alts.join(" | "))),
+        _ => None,
+    }
+}
+
+/// The strings a raw-text value may be. llama.cpp's parser reads every raw-text value (an
+/// argument whose schema admits a string anywhere, `resolves_to_string`) as a JSON string, so
+/// only the string alternatives of its schema can ever be met: a mixed `enum` (`["a", 1,
+/// null]`) or an `anyOf` of an integer and a string enum, left free, came back as strings no
+/// alternative admits (`"1"`, `"x y"`).
+enum RawStrings {
+    /// Any text (an unbounded string alternative, or a schema llb does not read here).
+    Free,
+    /// These GBNF alternatives (none: no string matches the schema).
+    These(Vec<String>),
+}
+
+fn raw_strings(schema: &Value, class: &str) -> RawStrings {
+    let types: Option<Vec<&str>> = match schema.get("type") {
+        None => None,
+        Some(Value::String(t)) => Some(vec![t.as_str()]),
+        Some(Value::Array(a)) => Some(a.iter().filter_map(Value::as_str).collect()),
+        Some(_) => return RawStrings::Free,
+    };
+    let strings_typed = types.as_ref().is_none_or(|t| t.contains(&"string"));
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        let strings = values.iter().filter_map(Value::as_str).filter(|_| strings_typed);
+        return RawStrings::These(strings.map(gbnf_literal).collect());
+    }
+    if let Some(c) = schema.get("const") {
+        return RawStrings::These(c.as_str().filter(|_| strings_typed).map(gbnf_literal).into_iter().collect());
+    }
+    let alternatives = schema.get("anyOf").or_else(|| schema.get("oneOf")).and_then(Value::as_array);
+    match (alternatives, types) {
+        (Some(alts), None) => {
+            let mut out = Vec::new();
+            for alt in alts {
+                match raw_strings(alt, class) {
+                    RawStrings::Free => return RawStrings::Free,
+                    RawStrings::These(a) => out.extend(a),
+                }
+            }
+            RawStrings::These(out)
+        }
+        (Some(_), Some(_)) => RawStrings::Free,
+        (None, Some(_)) if !strings_typed => RawStrings::These(Vec::new()),
+        (None, _) if schema.get("$ref").is_some() => RawStrings::Free,
+        (None, _) => match bounded_string_content(schema, class) {
+            Some(content) => RawStrings::These(vec![format!("({content})")]),
+            None => RawStrings::Free,
+        },
+    }
 }
 
 /// Content of a string with these keywords, when any applies: a `format` llama.cpp knows, or
@@ -1243,6 +1278,42 @@ mod tests {
             &bounded_string_content(&serde_json::json!({"type": "string", "format": "date"}), "[^<]").unwrap(),
         );
         assert!(date.is_match("2024-02-29") && !date.is_match("2024-13-01"));
+    }
+
+    /// llama.cpp's parser reads a raw-text value as a string whenever its schema admits one
+    /// anywhere: the value is then one of the strings the schema admits, or free text when an
+    /// alternative admits any string.
+    #[test]
+    fn raw_text_values_are_the_strings_their_schema_admits() {
+        let free = r#"([^<] | "<" [^/])*"#;
+        let j = |v: serde_json::Value| raw_text_alternatives(&v, free).map(|g| to_regex(&g));
+        let cases: [(serde_json::Value, &[&str], &[&str]); 6] = [
+            // A mixed enum: "1" and "null" are strings the parser would return, not 1 and null.
+            (serde_json::json!({"enum": ["a", 1, null]}), &["a"], &["1", "null", "b"]),
+            (serde_json::json!({"type": ["string", "null"], "enum": ["a", null]}), &["a"], &["null"]),
+            (serde_json::json!({"anyOf": [{"type": "integer"}, {"type": "string", "enum": ["x", "y"]}]}), &["x", "y"], &["5"]),
+            (serde_json::json!({"oneOf": [{"const": "on"}, {"type": "string", "format": "date"}]}), &["on", "2024-02-29"], &["off"]),
+            (serde_json::json!({"type": ["string", "integer"], "maxLength": 3}), &["abc", "12"], &["abcd"]),
+            (serde_json::json!({"type": "string", "enum": ["en", "fr"]}), &["en", "fr"], &["de"]),
+        ];
+        for (schema, ok, bad) in cases {
+            let re = j(schema.clone()).unwrap_or_else(|| panic!("{schema}: left free"));
+            for s in ok {
+                assert!(re.is_match(s), "{schema}: {s:?} refused");
+            }
+            for s in bad {
+                assert!(!re.is_match(s), "{schema}: {s:?} admitted");
+            }
+        }
+        // Any string is valid: free text stays.
+        for schema in [
+            serde_json::json!({"type": ["integer", "string"]}),
+            serde_json::json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}),
+            serde_json::json!({"type": "string"}),
+            serde_json::json!({"$ref": "#/$defs/s"}),
+        ] {
+            assert!(j(schema.clone()).is_none(), "{schema}");
+        }
     }
 
     #[test]
