@@ -3,7 +3,9 @@
 //! At the pin, several formats' grammars do not enforce the argument schema, so a model can
 //! write a call its schema forbids (a weak or distracted model does):
 //! - raw-text argument values (Qwen3-Coder, GLM, MiniMax, DeepSeek-V3.2 DSML, ...) accept any
-//!   text up to the closing tag, so a string `enum` is not enforced;
+//!   text up to the closing tag, so a string `enum` is not enforced; and the parser reads such a
+//!   value as a string whatever its schema's other alternatives, so a mixed `enum` or a union
+//!   with a bounded string came back as strings no alternative admits ([`raw_strings`]);
 //! - Gemma 4's arguments are a generic dict, whatever the schema;
 //! - character-class repetitions (`[0-9]+` call indexes, `[A-Za-z0-9_-]+` constraint names) have
 //!   no bound;
@@ -738,6 +740,14 @@ enum RawStrings {
     These(Vec<String>),
 }
 
+/// The raw text the parser reads back as the string `s`: it drops one blank (C's `isspace`) at
+/// each end of a raw value, so a string with a blank end is written with one more there.
+fn raw_literal(s: &str) -> String {
+    let blank = |c: Option<char>| c.is_some_and(|c| matches!(c, ' ' | '\t' | '\n' | '\x0B' | '\x0C' | '\r'));
+    let pad = |b: bool| if b { " " } else { "" };
+    gbnf_literal(&format!("{}{s}{}", pad(blank(s.chars().next())), pad(blank(s.chars().last()))))
+}
+
 fn raw_strings(schema: &Value, class: &str) -> RawStrings {
     let types: Option<Vec<&str>> = match schema.get("type") {
         None => None,
@@ -748,10 +758,10 @@ fn raw_strings(schema: &Value, class: &str) -> RawStrings {
     let strings_typed = types.as_ref().is_none_or(|t| t.contains(&"string"));
     if let Some(values) = schema.get("enum").and_then(Value::as_array) {
         let strings = values.iter().filter_map(Value::as_str).filter(|_| strings_typed);
-        return RawStrings::These(strings.map(gbnf_literal).collect());
+        return RawStrings::These(strings.map(raw_literal).collect());
     }
     if let Some(c) = schema.get("const") {
-        return RawStrings::These(c.as_str().filter(|_| strings_typed).map(gbnf_literal).into_iter().collect());
+        return RawStrings::These(c.as_str().filter(|_| strings_typed).map(raw_literal).into_iter().collect());
     }
     let alternatives = schema.get("anyOf").or_else(|| schema.get("oneOf")).and_then(Value::as_array);
     match (alternatives, types) {
@@ -926,6 +936,8 @@ impl Gemma4 {
                 format!("(\"[\" space {body} \"]\")")
             }
             "object" if schema.get("properties").is_some() => self.object(schema, path),
+            // Any dict, but a dict: `gemma4-value` let `{"type": "object"}` be `[true]`.
+            "object" => "gemma4-dict".into(),
             _ => "gemma4-value".into(),
         }
     }
@@ -1287,7 +1299,7 @@ mod tests {
     fn raw_text_values_are_the_strings_their_schema_admits() {
         let free = r#"([^<] | "<" [^/])*"#;
         let j = |v: serde_json::Value| raw_text_alternatives(&v, free).map(|g| to_regex(&g));
-        let cases: [(serde_json::Value, &[&str], &[&str]); 6] = [
+        let cases: [(serde_json::Value, &[&str], &[&str]); 7] = [
             // A mixed enum: "1" and "null" are strings the parser would return, not 1 and null.
             (serde_json::json!({"enum": ["a", 1, null]}), &["a"], &["1", "null", "b"]),
             (serde_json::json!({"type": ["string", "null"], "enum": ["a", null]}), &["a"], &["null"]),
@@ -1295,6 +1307,8 @@ mod tests {
             (serde_json::json!({"oneOf": [{"const": "on"}, {"type": "string", "format": "date"}]}), &["on", "2024-02-29"], &["off"]),
             (serde_json::json!({"type": ["string", "integer"], "maxLength": 3}), &["abc", "12"], &["abcd"]),
             (serde_json::json!({"type": "string", "enum": ["en", "fr"]}), &["en", "fr"], &["de"]),
+            // The parser drops one blank at each end: a member with a blank end gets one more.
+            (serde_json::json!({"enum": [" de", "x ", " "]}), &["  de", "x  ", "   "], &[" de", "x ", " "]),
         ];
         for (schema, ok, bad) in cases {
             let re = j(schema.clone()).unwrap_or_else(|| panic!("{schema}: left free"));
@@ -1314,6 +1328,16 @@ mod tests {
         ] {
             assert!(j(schema.clone()).is_none(), "{schema}");
         }
+    }
+
+    /// Gemma 4: an object schema without properties is any dict, never any value (a walk wrote
+    /// `free:[true]` for `{"type": "object"}`); untyped values stay any value.
+    #[test]
+    fn gemma4_objects_without_properties_are_dicts() {
+        let mut g = Gemma4 { rules: Vec::new(), prefix: "p".into(), root: serde_json::Value::Null, refs: HashMap::new() };
+        assert_eq!(g.value(&serde_json::json!({"type": "object"}), "a"), "gemma4-dict");
+        assert_eq!(g.value(&serde_json::json!({"type": "object", "additionalProperties": true}), "a"), "gemma4-dict");
+        assert_eq!(g.value(&serde_json::json!({"description": "anything"}), "a"), "gemma4-value");
     }
 
     #[test]
