@@ -937,6 +937,7 @@ impl Gemma4 {
             }
             "object" if schema.get("properties").is_some() => self.object(schema, path),
             // Any dict, but a dict: `gemma4-value` let `{"type": "object"}` be `[true]`.
+            "object" if schema.get("additionalProperties") == Some(&Value::Bool(false)) => r#"("{" "}")"#.into(),
             "object" => "gemma4-dict".into(),
             _ => "gemma4-value".into(),
         }
@@ -1337,6 +1338,7 @@ mod tests {
         let mut g = Gemma4 { rules: Vec::new(), prefix: "p".into(), root: serde_json::Value::Null, refs: HashMap::new() };
         assert_eq!(g.value(&serde_json::json!({"type": "object"}), "a"), "gemma4-dict");
         assert_eq!(g.value(&serde_json::json!({"type": "object", "additionalProperties": true}), "a"), "gemma4-dict");
+        assert_eq!(g.value(&serde_json::json!({"type": "object", "additionalProperties": false}), "a"), r#"("{" "}")"#);
         assert_eq!(g.value(&serde_json::json!({"description": "anything"}), "a"), "gemma4-value");
     }
 
