@@ -69,6 +69,7 @@ impl Run<'_> {
             eog_piece: String::new(),
             last_parse_len: 0,
             dropped_calls: false,
+            script: crate::fault::take_reply(),
             sampling: SampleStats::default(),
             model_wait: Duration::ZERO,
             decode_time: Duration::ZERO,
@@ -153,6 +154,8 @@ struct Generation<'a> {
     last_parse_len: usize,
     /// A second call was cut where one is allowed.
     dropped_calls: bool,
+    /// Test-only: the reply to write instead of sampling ([`crate::fault::arm_reply`]).
+    script: Option<crate::fault::Reply>,
     /// The sampler's time so far (chain and grammar).
     sampling: SampleStats,
     /// Time spent waiting for the model's next logits (the decode, in the scheduler).
@@ -195,7 +198,8 @@ impl Generation<'_> {
             smpl,
             syntax: self.plan.call_syntax.as_ref().filter(|_| self.req.deterministic_call_syntax).map(|s| s.tracker()),
             budget: Budget::new(self.req, &self.plan, self.room),
-            jump: crate::jump::enabled(self.req, &self.plan),
+            // A scripted reply (tests) is written token by token: forced text could run past its end.
+            jump: crate::jump::enabled(self.req, &self.plan) && self.script.is_none(),
             end_of_turn: self.vocab.end_of_turn(),
         })
     }
@@ -255,6 +259,9 @@ impl Generation<'_> {
         if !step.is_empty() {
             return Ok(Continue((step, false)));
         }
+        if self.script.as_ref().is_some_and(|s| s.text == self.bytes && !s.end_of_turn) {
+            return Ok(Break(Finish::Length));
+        }
         let tok = self.next_token(d, logits)?;
         if self.vocab.is_eog(tok) {
             self.n_sampled += 1;
@@ -312,8 +319,9 @@ impl Generation<'_> {
     }
 
     /// The step's token from `logits`, accepted by the sampler: the end of the turn when one call
-    /// is allowed and the strict grammar is complete after a call, the greedy choice inside a
-    /// call's wrapper (deterministic call syntax), else the sampler's choice.
+    /// is allowed and the strict grammar is complete after a call, a scripted reply's token
+    /// (tests), the greedy choice inside a call's wrapper (deterministic call syntax), else the
+    /// sampler's choice.
     fn next_token(&mut self, d: &mut Decoder, logits: &[f32]) -> Result<Token> {
         let plan = &self.plan;
         let end = match d.end_of_turn.filter(|_| plan.strict && plan.single_call && !self.gen_tokens.is_empty()) {
@@ -322,6 +330,7 @@ impl Generation<'_> {
         };
         let tok = match end {
             Some(t) => t,
+            None if self.script.is_some() => self.scripted_token(d)?,
             None if d.syntax.as_ref().is_some_and(|t| t.position() == Position::Wrapper) => {
                 d.smpl.sample_greedy(logits)?
             }
@@ -336,6 +345,25 @@ impl Generation<'_> {
             );
         }
         Ok(tok)
+    }
+
+    /// Test-only ([`crate::fault::arm_reply`]): the scripted reply's next token, the longest the
+    /// grammar allows that continues it; at its end, the end-of-turn token.
+    fn scripted_token(&self, d: &mut Decoder) -> Result<Token> {
+        let script = self.script.as_ref().map(|s| s.text.as_slice()).unwrap_or_default();
+        let left = |why: &str| Error::new(ErrorCode::Internal, format!("scripted reply: {why} after {:?}", String::from_utf8_lossy(&self.bytes)));
+        let rest = script.strip_prefix(self.bytes.as_slice()).ok_or_else(|| left("the output left it"))?;
+        let pieces = self.vocab.pieces();
+        let candidates: Vec<Token> = match rest.is_empty() {
+            true => self.vocab.end_of_turn().into_iter().collect(),
+            false => (1..=rest.len().min(128)).rev().filter_map(|l| pieces.get(&rest[..l])).collect(),
+        };
+        for t in candidates {
+            if d.smpl.grammar_allows(t)? {
+                return Ok(t);
+            }
+        }
+        Err(left("the grammar allows no token of it"))
     }
 
     /// Whether the reply so far parses with a tool call.

@@ -35,7 +35,8 @@ pub mod model;
 #[doc(hidden)]
 pub mod model_info;
 mod partial_json;
-mod prompt;
+#[doc(hidden)]
+pub mod prompt;
 mod prompt_cache;
 #[doc(hidden)]
 pub mod pull;

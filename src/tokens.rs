@@ -232,7 +232,8 @@ impl PieceIndex {
         &self.bytes[start as usize..(start + len) as usize]
     }
 
-    fn get(&self, piece: &[u8]) -> Option<Token> {
+    /// The token whose piece is `piece` (the first of several).
+    pub fn get(&self, piece: &[u8]) -> Option<Token> {
         let i = self.entries.partition_point(|e| self.piece_of(e) < piece);
         self.entries.get(i).filter(|e| self.piece_of(e) == piece).map(|e| e.2)
     }

@@ -539,61 +539,406 @@ fn the_reasoning_budget_ends_thinking_and_leaves_room_for_the_call() {
     assert_eq!(e.infer(&bad)["code"], "invalid_argument");
 }
 
-/// A reply holding one complete call and a second cut by `max_tokens` returns the first call
-/// whole (issue 35), streamed and not, in every family whose template allows parallel calls:
-/// the cut point sweeps from where the first call is complete to the reply's end. CI runs four
-/// families (`LLB_FIDELITY_SAMPLE=full`: all of them).
+/// The in-process side of a family's fixture: the plan of `req` (its strict grammar and the
+/// template's parser) and the vocabulary's pieces, for walks over the grammar.
+struct Planned {
+    engine: llb::engine::Engine,
+    plan: llb::prompt::Plan,
+    /// Each token's piece (special tokens rendered), and whether it is a special token.
+    pieces: Vec<Vec<u8>>,
+    special: Vec<bool>,
+}
+
+impl Planned {
+    /// Err: the template cannot render the request.
+    fn new(template: &str, req: &Value) -> Result<Planned, String> {
+        let config: llb::request::EngineConfig =
+            serde_json::from_value(json!({"model_path": corpus_fixture(template, false), "n_ctx": 2048, "n_threads": 1}))
+                .unwrap();
+        let engine = llb::engine::Engine::create(config, None).unwrap_or_else(|e| panic!("{template}: {e:?}"));
+        let plan = engine.prompter().plan(&engine.resolve(&req.to_string()).unwrap()).map_err(|e| e.message)?;
+        let vocab = engine.vocab();
+        let pieces: Vec<Vec<u8>> = (0..vocab.n_tokens()).map(|t| vocab.piece(t, true)).collect();
+        let special = (0..vocab.n_tokens()).map(|t| vocab.piece(t, false).is_empty() && !pieces[t as usize].is_empty()).collect();
+        Ok(Planned { engine, plan, pieces, special })
+    }
+
+    /// A fresh run of the plan's grammar, advanced past its prefill.
+    fn grammar(&self) -> llb::grammar::Grammar {
+        let (p, vocab) = (self.engine.prompter(), self.engine.vocab());
+        let mut g = p.grammar(self.plan.grammar.as_ref().expect("a strict grammar")).unwrap();
+        for t in self.plan.grammar_prefill.as_deref().map(|pre| vocab.spell(pre).unwrap()).unwrap_or_default() {
+            g.prefill(t, &self.pieces[t as usize]).unwrap();
+        }
+        g
+    }
+}
+
+/// A reproducible stream of pseudo-random numbers.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % n.max(1)
+    }
+}
+
+/// How a walk picks its next token: from the text so far, the allowed tokens and whether the text
+/// is free there (None: any of them at random).
+type Pick<'a> = dyn FnMut(&[u8], &[i32], bool, &mut Lcg) -> Option<i32> + 'a;
+
+/// A walk over a strict grammar with random allowed tokens (a model that agrees with the
+/// grammar and nothing else): its text and where its tokens end. At each point where the reply
+/// may end, `end` says whether it does; `pick` may choose the token (told whether the text is
+/// free there: over 1,000 tokens allowed). Special tokens are written only where the grammar
+/// leaves few choices (the template's markers). None when 1,500 tokens did not end it.
+fn walk(
+    p: &Planned,
+    rng: &mut Lcg,
+    end: &mut dyn FnMut(&str) -> bool,
+    pick: &mut Pick,
+) -> Option<(String, Vec<usize>)> {
+    let vocab = p.engine.vocab();
+    let mut g = p.grammar();
+    let logits = vec![0.0f32; vocab.n_tokens() as usize];
+    let (mut text, mut ends) = (Vec::new(), Vec::new());
+    for _ in 0..1500 {
+        let allowed = g.allowed_candidates(&logits).unwrap().expect("the engine lists candidates");
+        if allowed.iter().any(|t| vocab.is_eog(t.id)) && end(&String::from_utf8_lossy(&text)) {
+            return Some((String::from_utf8(text).expect("the walk wrote UTF-8"), ends));
+        }
+        let mut ids: Vec<i32> = allowed.iter().map(|t| t.id).filter(|&t| !vocab.is_eog(t)).collect();
+        let free = ids.len() > 1000;
+        if free {
+            ids.retain(|&t| !p.special[t as usize]);
+        }
+        if ids.is_empty() {
+            return None;
+        }
+        let t = pick(&text, &ids, free, rng).unwrap_or_else(|| ids[rng.below(ids.len())]);
+        let piece = &p.pieces[t as usize];
+        assert!(g.accept(t, piece).unwrap().is_none(), "the grammar refused a token its mask allowed");
+        text.extend_from_slice(piece);
+        ends.push(text.len());
+    }
+    if std::env::var("LLB_DEBUG_WALKS").is_ok() {
+        eprintln!("unfinished walk: …{:?}", String::from_utf8_lossy(&text[text.len().saturating_sub(400)..]));
+    }
+    None
+}
+
+/// A walk of `p`'s strict grammar (parallel calls on) that writes two calls or more: its text
+/// and token ends. None when 40 walks wrote no second call.
+fn two_call_walk(p: &Planned, seed: u64) -> Option<(String, Vec<usize>)> {
+    let mut rng = Lcg(seed);
+    let parser = &p.plan.parser;
+    let mut two = |t: &str| parser.parse(t, false).is_ok_and(|m| m.tool_calls.len() >= 2);
+    (0..40).find_map(|_| walk(p, &mut rng, &mut two, &mut |_, _, _, _| None))
+}
+
+/// A reply holding one complete call and a second cut short returns the first call whole
+/// (issue 35), streamed and not, in every family whose template allows parallel calls. The
+/// replies are written, not sampled: a walk over the family's strict grammar writes two calls
+/// (the fixture's tools bound every value), and `llb::fault::arm_reply` puts each prefix of it
+/// through the library's whole path (grammar, partial parses, streaming, the final parse and its
+/// salvage, the settling of stream and reply), cut there as `max_tokens` cuts. The cuts are the
+/// walk's token ends from the first where the template's parser, reading the prefix as a stream,
+/// has the first call's final arguments (the first call is complete) to the end: all of them
+/// with `LLB_FIDELITY_SAMPLE=full`, five in CI (the first two, the second call's first, its
+/// middle, the last).
+// Over 60 lines: one family's walk, full reply and cuts in order, each with its own message.
 #[test]
 fn a_complete_call_survives_a_cut_second_call() {
-    let families: Vec<(&str, &str)> = match sample() {
-        None => families(),
-        Some(_) => FIDELITY_FAMILIES
-            .iter()
-            .copied()
-            .filter(|(_, t)| ["Qwen-Qwen2.5-7B-Instruct", "Qwen3-Coder", "GLM-4.6", "MiniMax-M2"].contains(t))
-            .collect(),
-    };
-    let mut tested = Vec::new();
-    for (family, template) in families {
+    let c = Case { choice: "required", stream: false, parallel: true, thinking: false, seed: 0 };
+    let (mut tested, mut single) = (Vec::new(), Vec::new());
+    let mut requests = 0;
+    let t0 = Instant::now();
+    for (fi, (family, template)) in families().into_iter().enumerate() {
+        let p = Planned::new(template, &request(&c, &first_messages())).unwrap();
+        if p.plan.single_call {
+            // The template takes one call per reply (llama.cpp's caps): nothing to cut after it.
+            assert!(!p.engine.probe().supports_parallel_tool_calls(), "{family}");
+            single.push(family);
+            continue;
+        }
+        let (text, ends) = two_call_walk(&p, 35 + fi as u64).unwrap_or_else(|| panic!("{family}: no walk wrote two calls"));
         let e = CEngine::open_model(&corpus_fixture(template, false));
-        let c = Case { choice: "required", stream: false, parallel: true, thinking: false, seed: 0 };
-        let ask = |seed: u64, max_tokens: u64, stream: bool| {
-            let mut req = request(&Case { seed, stream, ..c }, &first_messages());
-            req["max_tokens"] = json!(max_tokens);
+        let ask = |script: &str, whole: bool, stream: bool| {
+            let mut req = request(&Case { stream, ..c }, &first_messages());
+            req["max_tokens"] = json!(4096);
             e.events.clear();
+            llb::fault::arm_reply(script, whole);
             let r = e.infer(&req);
+            llb::fault::disarm();
             (r, e.events.chunks())
         };
-        // A seed whose reply holds two calls or more (none: the template writes one call).
-        let Some((seed, full)) = (1..=6).map(|s| (s, ask(s, 200, false).0)).find(|(_, r)| r["choices"][0]["message"]["tool_calls"].as_array().is_some_and(|a| a.len() >= 2)) else {
-            eprintln!("{family}: no reply with two calls in 6 seeds (one call per reply): skipped");
-            continue;
+        let calls = |r: &Value| r["choices"][0]["message"]["tool_calls"].as_array().cloned().unwrap_or_default();
+        let (full, _) = ask(&text, true, false);
+        let parsed = p.plan.parser.parse(&text, false).unwrap();
+        let names: Vec<String> = calls(&full).iter().map(|c| c["function"]["name"].as_str().unwrap_or("").to_string()).collect();
+        let want: Vec<String> = parsed.tool_calls.iter().map(|c| c.name.clone()).collect();
+        assert!(names == want && names.len() >= 2, "{family}: the whole reply {full}\nwalk: {text:?}");
+        let first = calls(&full)[0]["function"].clone();
+        // The cuts: from the first token end where the first call is complete.
+        let complete = |b: usize| {
+            let m = p.plan.parser.parse(&text[..b], true).unwrap_or_default();
+            m.tool_calls.first().is_some_and(|c| c.name == first["name"] && c.arguments == first["arguments"])
         };
-        let first = &full["choices"][0]["message"]["tool_calls"][0]["function"];
-        let n = full["usage"]["completion_tokens"].as_u64().unwrap();
-        let whole_first = |r: &Value| &r["choices"][0]["message"]["tool_calls"][0]["function"] == first;
-        // The first cut point at which the first call is complete (binary search).
-        let (mut lo, mut hi) = (1, n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if whole_first(&ask(seed, mid, false).0) { hi = mid } else { lo = mid + 1 }
-        }
-        let second_ends = n - 1;
-        for k in [lo, lo + 1, lo + 3, (lo + second_ends) / 2, second_ends].into_iter().filter(|&k| k <= second_ends) {
+        let cuts: Vec<usize> = ends.iter().copied().filter(|&b| b < text.len() && text.is_char_boundary(b)).collect();
+        let from = cuts.iter().position(|&b| complete(b)).unwrap_or_else(|| panic!("{family}: the first call never completes: {text:?}"));
+        let second = cuts.iter().position(|&b| p.plan.parser.parse(&text[..b], true).is_ok_and(|m| m.tool_calls.len() >= 2));
+        let cuts = &cuts[from..];
+        let picked: Vec<usize> = match sample() {
+            None => cuts.to_vec(),
+            Some(_) => {
+                let second = second.map_or(cuts.len() / 2, |s| s.saturating_sub(from));
+                let mut k: Vec<usize> = [0, 1, second, (second + cuts.len()) / 2, cuts.len().saturating_sub(1)]
+                    .into_iter()
+                    .filter(|&i| i < cuts.len())
+                    .map(|i| cuts[i])
+                    .collect();
+                k.dedup();
+                k
+            }
+        };
+        for &b in &picked {
             for stream in [false, true] {
-                let (r, chunks) = ask(seed, k, stream);
-                let label = format!("{family} seed {seed} max_tokens {k}/{n} stream {stream}");
-                assert!(whole_first(&r), "{label}: the complete first call was lost: {r}\nfull reply: {full}");
+                let (r, chunks) = ask(&text[..b], false, stream);
+                requests += 1;
+                let label = format!("{family} cut at byte {b}/{} stream {stream}", text.len());
+                assert_eq!(calls(&r).first().map(|c| &c["function"]), Some(&first), "{label}: the complete first call was lost: {r}\nprefix: {:?}", &text[..b]);
                 assert_eq!(r["choices"][0]["finish_reason"], "length", "{label}: {r}");
-                if let Some(why) = check_reply(&Case { seed, stream, ..c }, &r, &chunks) {
-                    panic!("{label}: {why}: {r}");
+                if let Some(why) = check_reply(&Case { stream, ..c }, &r, &chunks) {
+                    panic!("{label}: {why}: {r}\nprefix: {:?}", &text[..b]);
                 }
             }
         }
-        tested.push(family);
+        tested.push(format!("{family} ({} cuts of {})", picked.len(), cuts.len()));
     }
-    println!("families with a complete call before a cut one: {tested:?}");
-    assert!(tested.len() >= 2, "only {tested:?} wrote two calls: the test does not test");
+    println!(
+        "a complete call before a cut one, {requests} requests in {:.1} s: {tested:?}; one call per reply: {single:?}",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(tested.len() + single.len() == families().len() && !tested.is_empty(), "{tested:?} {single:?}");
+}
+
+/// The case reported in issue 35: Qwen3-Coder, `required`, the two tools, `max_tokens` 220,
+/// seed 101, temperature 1 wrote a complete call whose array string held a lone surrogate
+/// (`\uDBAB`) and a cut second `<tool_call`, and llb returned no call. The request now returns a
+/// call, streamed and not; that reply cannot be written any more (the strict grammar refuses the
+/// lone surrogate: only a low one may follow it), and with a surrogate pair in its place the
+/// complete first call comes back before the cut one.
+#[test]
+fn the_reported_lone_surrogate_reply_cannot_be_written_and_its_first_call_survives() {
+    let e = CEngine::open_model(&corpus_fixture("Qwen3-Coder", false));
+    let c = Case { choice: "required", stream: false, parallel: true, thinking: true, seed: 101 };
+    for stream in [false, true] {
+        let mut req = request(&Case { stream, ..c }, &first_messages());
+        req["max_tokens"] = json!(220);
+        e.events.clear();
+        let r = e.infer(&req);
+        let why = check_reply(&Case { stream, ..c }, &r, &e.events.chunks());
+        assert!(why.is_none(), "stream {stream}: {why:?}: {r}");
+    }
+    let reply = |attendee: &str| {
+        format!("<tool_call>\n<function=create_event>\n<parameter=title>\nreview</parameter>\n<parameter=attendees>\n[\"{attendee}\"]</parameter>\n</function>\n</tool_call><tool_call")
+    };
+    let req = request(&c, &first_messages());
+    llb::fault::arm_reply(&reply(r"\uDBAB"), false);
+    let r = e.infer(&req);
+    llb::fault::disarm();
+    let refused = r["message"].as_str().unwrap_or("");
+    // Refused right after the lone surrogate (what was written is quoted at the end).
+    assert!(r["code"] == "internal" && refused.contains("the grammar allows no token"), "{r}");
+    assert!(refused.ends_with(r#"[\"\\uDBAB""#), "{r}");
+    llb::fault::arm_reply(&reply(r"\uD83D\uDE00"), false);
+    let r = e.infer(&req);
+    llb::fault::disarm();
+    assert_eq!(r["choices"][0]["finish_reason"], "length", "{r}");
+    let first = &r["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(*first, json!({"name": "create_event", "arguments": r#"{"title":"review","attendees":["\uD83D\uDE00"]}"#}), "{r}");
+    assert!(check_reply(&c, &r, &[]).is_none(), "{r}");
+}
+
+/// The formats whose argument values are raw text up to a closing tag, read back by the
+/// template's parser (label, template, the tag after a value).
+const RAW_TEXT_FAMILIES: [(&str, &str, &str); 8] = [
+    ("Qwen3-Coder (xml)", "Qwen3-Coder", "</parameter>\n"),
+    ("Qwen3.5", "Qwen3.5-4B", "</parameter>\n"),
+    ("Nemotron-3-Nano", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "</parameter>\n"),
+    ("Seed-OSS", "ByteDance-Seed-OSS", "</parameter>\n"),
+    ("GLM-4.6", "GLM-4.6", "</arg_value>\n"),
+    ("MiniMax-M2", "MiniMax-M2", "</parameter>\n"),
+    ("DeepSeek-V3.2", "deepseek-ai-DeepSeek-V3.2", "</｜DSML｜parameter>"),
+    ("Gemma 4", "google-gemma-4-31B-it", "<|\"|>"),
+];
+
+/// A tool with every kind of value a raw-text format writes: free and bounded strings, a string
+/// enum, a date, integers and numbers with and without bounds, a boolean, a nested object, an
+/// array; with `unions`, schemas that admit a string among other things (a mixed enum, a type
+/// list, an `anyOf`, an untyped value, a free object: Seed-OSS's template cannot render them).
+fn value_tools(unions: bool) -> Value {
+    let mut props = json!({
+        "query": {"type": "string"},
+        "short": {"type": "string", "maxLength": 6},
+        "lang": {"type": "string", "enum": ["en", "fr"]},
+        "day": {"type": "string", "format": "date"},
+        "page": {"type": "integer"},
+        "count": {"type": "integer", "minimum": -5, "maximum": 20},
+        "ratio": {"type": "number"},
+        "flag": {"type": "boolean"},
+        "opt": {"type": "object", "properties": {"a": {"type": "string"}, "n": {"type": "number"}},
+            "additionalProperties": false},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    });
+    if unions {
+        let p = props.as_object_mut().unwrap();
+        p.insert("either".into(), json!({"type": ["integer", "string"]}));
+        p.insert("mixed".into(), json!({"enum": ["a", 1, null]}));
+        p.insert("alt".into(), json!({"anyOf": [{"type": "integer"}, {"type": "string", "enum": ["x", "y"]}]}));
+        p.insert("any".into(), json!({"description": "anything"}));
+        p.insert("free".into(), json!({"type": "object"}));
+    }
+    json!([{"type": "function", "function": {"name": "search_docs", "description": "Search",
+        "parameters": {"type": "object", "properties": props, "required": ["query", "page"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "ping", "description": "Ping",
+        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}}])
+}
+
+/// Text that steers a walk into the corners of a raw value: the closing tag after a partial
+/// match of it, a lone surrogate escape, escapes, blanks, quotes, numbers, literals.
+const STEER: [&str; 24] = [
+    "<", "<<", "</", "\\u", "DBAB", "\\uDBAB", "\\", "\"", "'", "\n", " ", "\t", "\r", "0", "01", "-0", "-", "e", "1e99",
+    "E+", "true", "null", "{", "]",
+];
+
+/// Where a raw-text walk is: writing a chosen text, or free.
+struct Steering {
+    closer: &'static str,
+    target: Vec<u8>,
+    free_steps: usize,
+    patience: usize,
+}
+
+impl Steering {
+    /// The token a raw-text walk picks among `ids` after `now` (None: any at random). Within a
+    /// value it mostly writes the steering texts, sometimes the closing tag right after a
+    /// partial match of it (`<` + tag, which must end the value), and after a while the tag
+    /// that closes whatever is open; outside values (few tokens allowed) the walk is free.
+    fn choose(&mut self, pieces: &[Vec<u8>], now: &[u8], ids: &[i32], free: bool, rng: &mut Lcg) -> Option<i32> {
+        let fits = |rest: &[u8]| -> Vec<i32> {
+            ids.iter().copied().filter(|&t| { let p = &pieces[t as usize]; !p.is_empty() && rest.starts_with(p) }).collect()
+        };
+        // Inside a character only its continuation bytes are allowed: not a wrapper.
+        let tail = &now[now.len().saturating_sub(3)..];
+        let mid_char = (0..tail.len()).any(|i| matches!(std::str::from_utf8(&tail[i..]), Err(e) if e.error_len().is_none() && tail[i] >= 0xC0));
+        if !free && !mid_char {
+            (self.free_steps, self.patience, self.target) = (0, 3 + rng.below(30), Vec::new());
+            return None;
+        }
+        self.free_steps += 1;
+        if !self.target.is_empty() {
+            let done = (0..=self.target.len()).rev().find(|&k| now.ends_with(&self.target[..k])).unwrap_or(0);
+            let next = fits(&self.target[done..]);
+            if done < self.target.len() && !next.is_empty() {
+                return Some(next[rng.below(next.len())]);
+            }
+            self.target.clear();
+        }
+        if self.free_steps > self.patience {
+            // Close: continue the closers the text's end matches furthest (of equals, any).
+            let matched: Vec<(usize, Vec<i32>)> = [self.closer, "\"", "]", "}"]
+                .iter()
+                .map(|c| {
+                    let c = c.as_bytes();
+                    let k = (0..c.len()).rev().find(|&k| now.ends_with(&c[..k])).unwrap_or(0);
+                    (k, fits(&c[k..]))
+                })
+                .filter(|(_, n)| !n.is_empty())
+                .collect();
+            let best = matched.iter().map(|m| m.0).max()?;
+            let next: Vec<i32> = matched.into_iter().filter(|m| m.0 == best).flat_map(|m| m.1).collect();
+            return Some(next[rng.below(next.len())]);
+        }
+        let decoys = [format!("<{}", self.closer), format!("{}x", &self.closer[..self.closer.len() - 1])];
+        match rng.below(6) {
+            0 => self.target = decoys[rng.below(2)].clone().into_bytes(),
+            1 | 2 => self.target = STEER[rng.below(STEER.len())].as_bytes().to_vec(),
+            _ => return None,
+        }
+        let next = fits(&self.target);
+        (!next.is_empty()).then(|| next[rng.below(next.len())])
+    }
+}
+
+/// In every format whose argument values are raw text, every strict call a model can write is
+/// read back by the template's parser whole, with arguments that serde_json reads (no duplicate
+/// key) and that validate against the tool's schema: walks with random allowed tokens over the
+/// strict grammar of the `value_tools`, steered into each value's corners (see [`Steering`]),
+/// each parsed as the library parses a finished reply. CI walks 6 per family,
+/// `LLB_FIDELITY_SAMPLE=full` 40. Without `grammar::raw_text::exact` 21 of the 48 CI walks fail,
+/// in every family (`STDERR<</parameter>\n…`: the closing tag after a `<` stayed in the value for
+/// the grammar and ended it for the parser, which then failed on the rest); without the raw-text
+/// unions of `grammar::strict` 3 (`"1"` for a mixed enum `["a", 1, null]`).
+// Over 60 lines: one family's plan, walks and checks in order, each failure with its walk.
+#[test]
+fn strict_raw_text_calls_are_read_back_whole_and_valid() {
+    let n = if sample().is_none() { 40 } else { 6 };
+    let mut failures = Vec::new();
+    let mut report = Vec::new();
+    let only = std::env::var("LLB_FIDELITY_FAMILY").unwrap_or_default();
+    for (fi, (family, template, closer)) in RAW_TEXT_FAMILIES.into_iter().enumerate().filter(|(_, f)| f.1.contains(only.as_str())) {
+        let req = |unions: bool| json!({"messages": first_messages(), "tools": value_tools(unions), "tool_choice": "required",
+            "reasoning_budget": 0});
+        // Seed-OSS's template cannot render union schemas (a template error): it walks without.
+        let (p, unions) = match Planned::new(template, &req(true)) {
+            Ok(p) => (p, true),
+            Err(_) => (Planned::new(template, &req(false)).unwrap(), false),
+        };
+        let tools = value_tools(unions);
+        let mut rng = Lcg(24 + fi as u64);
+        let (mut ok, mut unfinished) = (0, 0);
+        for w in 0..n {
+            let mut steer = Steering { closer, target: Vec::new(), free_steps: 0, patience: 10 };
+            let mut end = |_: &str| true;
+            let mut choose = |now: &[u8], ids: &[i32], free: bool, rng: &mut Lcg| steer.choose(&p.pieces, now, ids, free, rng);
+            let Some((text, _)) = walk(&p, &mut rng, &mut end, &mut choose) else {
+                unfinished += 1;
+                continue;
+            };
+            if std::env::var("LLB_DEBUG_WALKS").is_ok() {
+                eprintln!("{family} walk {w}: {text:?}");
+            }
+            let why = match p.plan.parser.parse(&text, false) {
+                Err(e) => Some(format!("does not parse: {}", e.message)),
+                Ok(m) if !m.content.trim().is_empty() || m.tool_calls.is_empty() => {
+                    Some(format!("{} calls, content {:?}", m.tool_calls.len(), m.content))
+                }
+                Ok(m) => m.tool_calls.iter().find_map(|c| {
+                    if let Err(e) = serde_json::from_str::<NoDuplicates>(&c.arguments) {
+                        return Some(format!("{} arguments {}: {e}", c.name, c.arguments));
+                    }
+                    let tool = tools.as_array().unwrap().iter().find(|t| t["function"]["name"] == c.name.as_str())?;
+                    let validator = jsonschema::validator_for(&tool["function"]["parameters"]).unwrap();
+                    let args: Value = serde_json::from_str(&c.arguments).unwrap();
+                    let first = validator.iter_errors(&args).next().map(|e| format!("{} arguments {}: {e}", c.name, c.arguments));
+                    first
+                }),
+            };
+            match why {
+                None => ok += 1,
+                Some(why) => failures.push(format!("{family} walk {w}: {why}\n  walk: {text:?}")),
+            }
+        }
+        report.push(format!("{family:<18} unions {unions:<5} walks {n}: read back whole and valid {ok}, unfinished {unfinished}"));
+        // Most walks end: the check checks.
+        if n - unfinished < n / 2 {
+            failures.push(format!("{family}: only {} of {n} walks ended", n - unfinished));
+        }
+    }
+    println!("raw-text values:\n{}", report.join("\n"));
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 
 /// A stop string inside a second call: the first call, complete, is returned (it was lost with

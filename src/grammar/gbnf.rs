@@ -35,34 +35,129 @@ pub fn literal(s: &str) -> String {
     out
 }
 
-/// GBNF text for "any text up to (not including) `lit`", as llama.cpp writes it:
-/// `([^<] | "<" [^/] | "</" [^t] ...)*`.
+/// GBNF text for "any text up to (not including) `lit`" that a parser reading up to the first
+/// `lit` (llama.cpp's PEG `until`) reads back whole: text that, with `lit` written after it,
+/// holds `lit` only at its end. llama.cpp's pattern ([`llama_until`]) also admits text holding
+/// `lit` after a partial match of it: in `([^<] | "<" [^/] | ...)*`, `"<" [^/]` takes `<<`, so
+/// `<</a>` passes as text, and the parser ends the text at that `</a>`.
+///
+/// With `lit` = d0 d1 … dn-1 and d0 nowhere else in it (every delimiter at the pin; else
+/// llama.cpp's pattern is kept), a text is a run of steps from "nothing of `lit` matched": a
+/// character other than d0, or d0 then any number of (d1…dk-1 d0) and then d1…dk-1 and a
+/// character that is neither d0 nor dk; and it may end inside a partial match (d0 (d1…dk-1 d0)*
+/// d1…dk-1), since `lit` written after it cannot then occur early.
 pub fn until(lit: &str) -> String {
-    let chars: Vec<char> = lit.chars().collect();
-    if chars.is_empty() {
-        return String::new();
+    let d: Vec<char> = lit.chars().collect();
+    let Some(&d0) = d.first() else { return String::new() };
+    if d[1..].contains(&d0) {
+        return llama_until(&d);
     }
+    let c0 = class_char(d0);
+    if d.len() == 1 {
+        return format!("[^{c0}]*");
+    }
+    // d1 … dk-1, for k in 1..n.
+    let mid = |k: usize| d[1..k].iter().collect::<String>();
+    let back: Vec<String> = (1..d.len()).map(|k| literal(&format!("{}{d0}", mid(k)))).collect();
+    let out: Vec<String> = (1..d.len())
+        .map(|k| match mid(k) {
+            m if m.is_empty() => format!("[^{c0}{}]", class_char(d[k])),
+            m => format!("{} [^{c0}{}]", literal(&m), class_char(d[k])),
+        })
+        .collect();
+    let tail: Vec<String> = (1..d.len()).map(|k| literal(&mid(k))).collect();
+    let (l0, back) = (literal(&d0.to_string()), back.join(" | "));
+    format!("([^{c0}] | {l0} ({back})* ({}))* ({l0} ({back})* ({}))?", out.join(" | "), tail.join(" | "))
+}
+
+/// llama.cpp's "any text up to `lit`" (common/peg-parser.cpp `gbnf_excluding_pattern` for one
+/// delimiter): `([^<] | "<" [^/] | "</" [^a] | "</a" [^>])*`.
+pub fn llama_until(lit: &[char]) -> String {
     let mut alts = Vec::new();
-    for i in 0..chars.len() {
-        let prefix: String = chars[..i].iter().collect();
-        let c = class_char(chars[i]);
+    for (i, &c) in lit.iter().enumerate() {
+        let prefix: String = lit[..i].iter().collect();
         if i == 0 {
-            alts.push(format!("[^{c}]"));
+            alts.push(format!("[^{}]", class_char(c)));
         } else {
-            alts.push(format!("{} [^{c}]", literal(&prefix)));
+            alts.push(format!("{} [^{}]", literal(&prefix), class_char(c)));
         }
     }
     format!("({})*", alts.join(" | "))
 }
 
+/// A character inside a GBNF class: the class's own metacharacters by their code (llama.cpp
+/// reads `\x..` in classes, not `\-` or `\^`).
 fn class_char(c: char) -> String {
     match c {
-        '\\' | ']' | '[' | '^' | '-' => format!("\\{c}"),
+        '\\' | ']' | '[' | '^' | '-' => format!("\\x{:02X}", c as u32),
         '\n' => "\\n".into(),
         '\r' => "\\r".into(),
         '\t' => "\\t".into(),
         c => c.to_string(),
     }
+}
+
+/// The span of the first `( ... )*` group in `body` whose text starts with `([^` (an exclusion
+/// pattern such as llama.cpp's "text up to"), from its `(` to past its `*`.
+pub fn exclusion_group(body: &str) -> Option<(usize, usize)> {
+    let b = body.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => i = skip_quoted(b, i, b'"'),
+            b'[' => i = skip_quoted(b, i, b']'),
+            b'(' if body[i..].starts_with("([^") => {
+                let j = group_end(b, i)?;
+                return (b.get(j + 1) == Some(&b'*')).then_some((i, j + 2));
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The index of the `)` closing the group opened at `open`, skipping literals and classes.
+pub fn group_end(b: &[u8], open: usize) -> Option<usize> {
+    let mut depth = 0;
+    let mut j = open;
+    while j < b.len() {
+        match b[j] {
+            b'"' => {
+                j = skip_quoted(b, j, b'"');
+                continue;
+            }
+            b'[' => {
+                j = skip_quoted(b, j, b']');
+                continue;
+            }
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+            _ => {}
+        }
+        j += 1;
+    }
+    None
+}
+
+/// Index just past a quoted run starting at `i` (a `"` literal or a `[` class), honouring `\`.
+pub fn skip_quoted(b: &[u8], i: usize, close: u8) -> usize {
+    let mut j = i + 1;
+    while j < b.len() {
+        if b[j] == b'\\' {
+            j += 2;
+            continue;
+        }
+        if b[j] == close {
+            return j + 1;
+        }
+        j += 1;
+    }
+    b.len()
 }
 
 /// Escapes a literal for a trigger regex (as llama.cpp's regex_escape).
@@ -427,10 +522,15 @@ mod tests {
     #[test]
     fn writes_literals_and_until() {
         assert_eq!(literal("a\"\\\n"), r#""a\"\\\n""#);
-        assert_eq!(until("</a>"), r#"([^<] | "<" [^/] | "</" [^a] | "</a" [^>])*"#);
+        assert_eq!(llama_until(&['<', '/', 'a', '>']), r#"([^<] | "<" [^/] | "</" [^a] | "</a" [^>])*"#);
+        assert_eq!(
+            until("</a>"),
+            r#"([^<] | "<" ("<" | "/<" | "/a<")* ([^</] | "/" [^<a] | "/a" [^<>]))* ("<" ("<" | "/<" | "/a<")* ("" | "/" | "/a"))?"#
+        );
+        assert_eq!(until("]"), "[^\\x5D]*");
         assert_eq!(regex_escape("<f(x)>"), r"<f\(x\)>");
-        // What it writes, it reads.
+        // What it writes, it reads: the text's steps, its partial match at the end, the literal.
         let g = parse(&format!("root ::= {} {}", until("</t>"), literal("</t>"))).unwrap();
-        assert_eq!(g.rules["root"][0].len(), 2);
+        assert_eq!(g.rules["root"][0].len(), 3);
     }
 }

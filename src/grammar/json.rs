@@ -11,7 +11,10 @@
 //! - `\ ` (backslash, space) in PEG strings, whose escape class is `["\\/ bfnrt]`;
 //! - raw control characters (U+0000–U+001F) and DEL in PEG strings (`[^"\\]`);
 //! - exponents of up to 16 digits (`1e9999999`), which overflow a double (nlohmann and
-//!   serde_json refuse them, Python reads `inf`): at most 2 digits, so `|x| < 1e116`.
+//!   serde_json refuse them, Python reads `inf`): at most 2 digits, so `|x| < 1e116`;
+//! - exponents of up to 64 digits in the PEG builder's own number (`json_number`, Gemma 4's
+//!   untyped values, whose text the parser copies into the arguments as it is): at most 2
+//!   digits, so `|x| < 1e165`.
 //!
 //! [`parsable`] rewrites the grammar text itself, in one place: [`super::Grammar::build`], so
 //! every grammar llb runs (strict calls, the lazy `auto` grammar, `response_format`) gets it on
@@ -40,6 +43,10 @@ const JSON_CONTENT: &str = r#"[^"\\\x7F\x00-\x1F]"#;
 const LONG_EXPONENT: &str = r#"([eE] [-+]? integral-part)?"#;
 const SHORT_EXPONENT: &str = r#"([eE] [-+]? [0-9]{1,2})?"#;
 
+/// The PEG builder's exponent (`json_number`: 64 digits), and one no double overflows on.
+const PEG_LONG_EXPONENT: &str = r#"(("e" | "E") [+-]? [0-9]{1,64})?"#;
+const PEG_SHORT_EXPONENT: &str = r#"(("e" | "E") [+-]? [0-9]{1,2})?"#;
+
 /// `gbnf` with every JSON string and number rule admitting only what JSON parsers accept.
 /// Text that holds none of llama.cpp's JSON rules is returned as it is.
 pub fn parsable(gbnf: &str) -> String {
@@ -47,6 +54,7 @@ pub fn parsable(gbnf: &str) -> String {
         .replace(PEG_ESCAPES, JSON_ESCAPES)
         .replace(PEG_CONTENT, JSON_CONTENT)
         .replace(LONG_EXPONENT, SHORT_EXPONENT)
+        .replace(PEG_LONG_EXPONENT, PEG_SHORT_EXPONENT)
 }
 
 #[cfg(test)]
@@ -75,6 +83,13 @@ space ::= | " " | "\n"{1,2} [ \t]{0,20}
     /// llama.cpp's PEG string (peg-parser.cpp, `common_peg_string_parser` to GBNF) in a call
     /// envelope's shape.
     const PEG_STRING: &str = r#"root ::= "{\"q\": \"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"}"
+"#;
+
+    /// llama.cpp's PEG number (peg-parser.cpp `json_number` to GBNF, as Gemma 4's grammar holds
+    /// it).
+    const PEG_NUMBER: &str = r#"root ::= json-number
+json-number ::= "-"? ("0" | [1-9] [0-9]{0,64}) ("." [0-9]{1,64})? (("e" | "E") [+-]? [0-9]{1,64})? space
+space ::= | " " | "\n"{1,2} [ \t]{0,20}
 "#;
 
     /// Tokens that steer a walk into the corners: surrogate escapes, other escapes, long
@@ -191,7 +206,7 @@ space ::= | " " | "\n"{1,2} [ \t]{0,20}
         let mut rng = Lcg(35);
         let mut finished = 0;
         let mut escapes = 0;
-        for (g, n) in [(SCHEMA_VALUE, 150), (PEG_STRING, 150)] {
+        for (g, n) in [(SCHEMA_VALUE, 150), (PEG_STRING, 150), (PEG_NUMBER, 60)] {
             for _ in 0..n {
                 let Some(text) = walk(&e, g, &mut rng) else { continue };
                 finished += 1;
@@ -201,7 +216,7 @@ space ::= | " " | "\n"{1,2} [ \t]{0,20}
             }
         }
         // The walks reached the corners they exist for.
-        assert!(finished >= 200 && escapes >= 100, "{finished} walks finished, {escapes} \\u escapes");
+        assert!(finished >= 250 && escapes >= 100, "{finished} walks finished, {escapes} \\u escapes");
     }
 
     #[test]
@@ -209,5 +224,6 @@ space ::= | " " | "\n"{1,2} [ \t]{0,20}
         let g = "root ::= \"<tool_call>\" [^<]* \"u\" [0-9]{4}\n";
         assert_eq!(parsable(g), g);
         assert!(parsable(SCHEMA_VALUE).contains(SHORT_EXPONENT) && !parsable(SCHEMA_VALUE).contains(ANY_U_ESCAPE));
+        assert!(parsable(PEG_NUMBER).contains(PEG_SHORT_EXPONENT) && !parsable(PEG_NUMBER).contains(PEG_LONG_EXPONENT));
     }
 }

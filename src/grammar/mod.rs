@@ -6,6 +6,8 @@
 //!   call section rewritten to enforce each tool's JSON Schema, and the schema checks.
 //! - [`json`]: the JSON inside any grammar admits only what JSON parsers accept (surrogate
 //!   escapes in pairs, JSON escapes, no control characters, exponents no double overflows on).
+//! - [`raw_text`]: raw text up to a delimiter (the XML-parameter formats' string values)
+//!   admits only what the parser reads back whole (never the delimiter inside).
 //! - [`lark`]: GBNF → llguidance's Lark dialect (regular rules become terminals).
 //! - [`engine`]: the constraint engine, llguidance's token masks over the model's vocabulary,
 //!   with a bounded cache of compiled grammars per model.
@@ -20,6 +22,7 @@ pub mod gbnf;
 pub mod json;
 pub mod lark;
 pub mod llama;
+pub mod raw_text;
 pub mod strict;
 
 use crate::error::{ErrorCode, Result};
@@ -47,9 +50,10 @@ fn engine_enabled() -> bool {
 impl Grammar {
     /// The running grammar for `spec`: on the engine when it takes the grammar, else on
     /// llama.cpp's sampler (which reports a grammar that does not parse as `invalid_argument`).
-    /// Every grammar passes here, so its JSON is made parsable here ([`json::parsable`]).
+    /// Every grammar passes here, so its JSON is made parsable here ([`json::parsable`]) and its
+    /// raw text exact ([`raw_text::exact`]).
     pub fn build(vocab: &Arc<Vocab>, spec: &GrammarSpec, engine: Option<&Arc<Engine>>) -> Result<(Grammar, Option<BuildStats>)> {
-        let spec = &GrammarSpec { gbnf: json::parsable(&spec.gbnf), ..spec.clone() };
+        let spec = &GrammarSpec { gbnf: raw_text::exact(&json::parsable(&spec.gbnf)), ..spec.clone() };
         let token_id = |t: &str| vocab.single_token(t).map(|t| t as u32);
         if let Some(engine) = engine.filter(|_| engine_enabled()) {
             match engine.compile(&spec.gbnf, &token_id) {

@@ -3,7 +3,9 @@
 //! At the pin, several formats' grammars do not enforce the argument schema, so a model can
 //! write a call its schema forbids (a weak or distracted model does):
 //! - raw-text argument values (Qwen3-Coder, GLM, MiniMax, DeepSeek-V3.2 DSML, ...) accept any
-//!   text up to the closing tag, so a string `enum` is not enforced;
+//!   text up to the closing tag, so a string `enum` is not enforced; and the parser reads such a
+//!   value as a string whatever its schema's other alternatives, so a mixed `enum` or a union
+//!   with a bounded string came back as strings no alternative admits ([`raw_strings`]);
 //! - Gemma 4's arguments are a generic dict, whatever the schema;
 //! - character-class repetitions (`[0-9]+` call indexes, `[A-Za-z0-9_-]+` constraint names) have
 //!   no bound;
@@ -31,7 +33,7 @@
 
 use crate::error::{bail, Result};
 use crate::request::wire::Tool;
-use crate::grammar::gbnf::literal as gbnf_literal;
+use crate::grammar::gbnf::{exclusion_group as find_exclusion_group, group_end, literal as gbnf_literal, skip_quoted};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -464,80 +466,8 @@ fn parse_rules(g: &str) -> Vec<(String, String)> {
     g.lines().filter_map(|l| l.split_once(" ::= ").map(|(n, b)| (n.trim().to_string(), b.to_string()))).collect()
 }
 
-/// Byte ranges of top-level tokens of a rule body: literals, classes, groups and names.
-/// Returns the span of the first `( ... )*` group whose text starts with `([^`.
-fn find_exclusion_group(body: &str) -> Option<(usize, usize)> {
-    let b = body.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'"' => i = skip_quoted(b, i, b'"'),
-            b'[' => i = skip_quoted(b, i, b']'),
-            b'(' if body[i..].starts_with("([^") => {
-                let j = group_end(b, i)?;
-                return (b.get(j + 1) == Some(&b'*')).then_some((i, j + 2));
-            }
-            _ => i += 1,
-        }
-    }
-    None
-}
-
-/// The index of the `)` closing the group opened at `open`, skipping literals and classes.
-fn group_end(b: &[u8], open: usize) -> Option<usize> {
-    let mut depth = 0;
-    let mut j = open;
-    while j < b.len() {
-        match b[j] {
-            b'"' => {
-                j = skip_quoted(b, j, b'"');
-                continue;
-            }
-            b'[' => {
-                j = skip_quoted(b, j, b']');
-                continue;
-            }
-            b'(' => depth += 1,
-            b')' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(j);
-                }
-            }
-            _ => {}
-        }
-        j += 1;
-    }
-    None
-}
-
-/// Index just past a quoted run starting at `i` (a `"` literal or a `[` class), honouring `\`.
-fn skip_quoted(b: &[u8], i: usize, close: u8) -> usize {
-    let mut j = i + 1;
-    while j < b.len() {
-        if b[j] == b'\\' {
-            j += 2;
-            continue;
-        }
-        if b[j] == close {
-            return j + 1;
-        }
-        j += 1;
-    }
-    b.len()
-}
-
 fn is_exclusion_rule(body: &str) -> bool {
     find_exclusion_group(body) == Some((0, body.trim_end().len()))
-}
-
-fn string_enum(schema: &Value) -> Option<Vec<String>> {
-    let e = schema.get("enum")?.as_array()?;
-    let t = schema.get("type").and_then(Value::as_str);
-    if e.is_empty() || !(t.is_none() || t == Some("string")) {
-        return None;
-    }
-    e.iter().map(|v| v.as_str().map(str::to_string)).collect()
 }
 
 /// Bounds character-class repetitions: `]+` → `]{1,64}`, `]*` → `]{0,64}`; with `groups`,
@@ -786,21 +716,73 @@ fn constrain_raw_text_args(
     }
 }
 
-/// What a raw-text value with this schema may be, replacing the free-text `group`: a string
-/// enum's or a const's literals, or a bounded string over the group's first character class
-/// (none of whose characters can start the closing tag). None leaves the free text.
+/// What a raw-text value with this schema may be, replacing the free-text `group`: the texts of
+/// the strings the schema admits, where llb can bound them ([`raw_strings`]) over the group's
+/// first character class (none of whose characters can start the closing tag). None leaves the
+/// free text.
 fn raw_text_alternatives(schema: &Value, group: &str) -> Option<String> {
-    if let Some(values) = string_enum(schema) {
-        return Some(format!("({})", values.iter().map(|v| gbnf_literal(v)).collect::<Vec<_>>().join(" | ")));
-    }
-    if let Some(c) = schema.get("const").and_then(Value::as_str) {
-        return Some(gbnf_literal(c));
-    }
-    if schema.get("type").and_then(Value::as_str) != Some("string") {
-        return None;
-    }
     let class = group.get(1..).and_then(|g| g.split(' ').next()).filter(|c| c.starts_with("[^"))?;
-    bounded_string_content(schema, class).map(|content| format!("({content})"))
+    match raw_strings(schema, class) {
+        RawStrings::These(alts) if !alts.is_empty() => Some(format!("({})", alts.join(" | "))),
+        _ => None,
+    }
+}
+
+/// The strings a raw-text value may be. llama.cpp's parser reads every raw-text value (an
+/// argument whose schema admits a string anywhere, `resolves_to_string`) as a JSON string, so
+/// only the string alternatives of its schema can ever be met: a mixed `enum` (`["a", 1,
+/// null]`) or an `anyOf` of an integer and a string enum, left free, came back as strings no
+/// alternative admits (`"1"`, `"x y"`).
+enum RawStrings {
+    /// Any text (an unbounded string alternative, or a schema llb does not read here).
+    Free,
+    /// These GBNF alternatives (none: no string matches the schema).
+    These(Vec<String>),
+}
+
+/// The raw text the parser reads back as the string `s`: it drops one blank (C's `isspace`) at
+/// each end of a raw value, so a string with a blank end is written with one more there.
+fn raw_literal(s: &str) -> String {
+    let blank = |c: Option<char>| c.is_some_and(|c| matches!(c, ' ' | '\t' | '\n' | '\x0B' | '\x0C' | '\r'));
+    let pad = |b: bool| if b { " " } else { "" };
+    gbnf_literal(&format!("{}{s}{}", pad(blank(s.chars().next())), pad(blank(s.chars().last()))))
+}
+
+fn raw_strings(schema: &Value, class: &str) -> RawStrings {
+    let types: Option<Vec<&str>> = match schema.get("type") {
+        None => None,
+        Some(Value::String(t)) => Some(vec![t.as_str()]),
+        Some(Value::Array(a)) => Some(a.iter().filter_map(Value::as_str).collect()),
+        Some(_) => return RawStrings::Free,
+    };
+    let strings_typed = types.as_ref().is_none_or(|t| t.contains(&"string"));
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        let strings = values.iter().filter_map(Value::as_str).filter(|_| strings_typed);
+        return RawStrings::These(strings.map(raw_literal).collect());
+    }
+    if let Some(c) = schema.get("const") {
+        return RawStrings::These(c.as_str().filter(|_| strings_typed).map(raw_literal).into_iter().collect());
+    }
+    let alternatives = schema.get("anyOf").or_else(|| schema.get("oneOf")).and_then(Value::as_array);
+    match (alternatives, types) {
+        (Some(alts), None) => {
+            let mut out = Vec::new();
+            for alt in alts {
+                match raw_strings(alt, class) {
+                    RawStrings::Free => return RawStrings::Free,
+                    RawStrings::These(a) => out.extend(a),
+                }
+            }
+            RawStrings::These(out)
+        }
+        (Some(_), Some(_)) => RawStrings::Free,
+        (None, Some(_)) if !strings_typed => RawStrings::These(Vec::new()),
+        (None, _) if schema.get("$ref").is_some() => RawStrings::Free,
+        (None, _) => match bounded_string_content(schema, class) {
+            Some(content) => RawStrings::These(vec![format!("({content})")]),
+            None => RawStrings::Free,
+        },
+    }
 }
 
 /// Content of a string with these keywords, when any applies: a `format` llama.cpp knows, or
@@ -954,6 +936,9 @@ impl Gemma4 {
                 format!("(\"[\" space {body} \"]\")")
             }
             "object" if schema.get("properties").is_some() => self.object(schema, path),
+            // Any dict, but a dict: `gemma4-value` let `{"type": "object"}` be `[true]`.
+            "object" if schema.get("additionalProperties") == Some(&Value::Bool(false)) => r#"("{" "}")"#.into(),
+            "object" => "gemma4-dict".into(),
             _ => "gemma4-value".into(),
         }
     }
@@ -1306,6 +1291,55 @@ mod tests {
             &bounded_string_content(&serde_json::json!({"type": "string", "format": "date"}), "[^<]").unwrap(),
         );
         assert!(date.is_match("2024-02-29") && !date.is_match("2024-13-01"));
+    }
+
+    /// llama.cpp's parser reads a raw-text value as a string whenever its schema admits one
+    /// anywhere: the value is then one of the strings the schema admits, or free text when an
+    /// alternative admits any string.
+    #[test]
+    fn raw_text_values_are_the_strings_their_schema_admits() {
+        let free = r#"([^<] | "<" [^/])*"#;
+        let j = |v: serde_json::Value| raw_text_alternatives(&v, free).map(|g| to_regex(&g));
+        let cases: [(serde_json::Value, &[&str], &[&str]); 7] = [
+            // A mixed enum: "1" and "null" are strings the parser would return, not 1 and null.
+            (serde_json::json!({"enum": ["a", 1, null]}), &["a"], &["1", "null", "b"]),
+            (serde_json::json!({"type": ["string", "null"], "enum": ["a", null]}), &["a"], &["null"]),
+            (serde_json::json!({"anyOf": [{"type": "integer"}, {"type": "string", "enum": ["x", "y"]}]}), &["x", "y"], &["5"]),
+            (serde_json::json!({"oneOf": [{"const": "on"}, {"type": "string", "format": "date"}]}), &["on", "2024-02-29"], &["off"]),
+            (serde_json::json!({"type": ["string", "integer"], "maxLength": 3}), &["abc", "12"], &["abcd"]),
+            (serde_json::json!({"type": "string", "enum": ["en", "fr"]}), &["en", "fr"], &["de"]),
+            // The parser drops one blank at each end: a member with a blank end gets one more.
+            (serde_json::json!({"enum": [" de", "x ", " "]}), &["  de", "x  ", "   "], &[" de", "x ", " "]),
+        ];
+        for (schema, ok, bad) in cases {
+            let re = j(schema.clone()).unwrap_or_else(|| panic!("{schema}: left free"));
+            for s in ok {
+                assert!(re.is_match(s), "{schema}: {s:?} refused");
+            }
+            for s in bad {
+                assert!(!re.is_match(s), "{schema}: {s:?} admitted");
+            }
+        }
+        // Any string is valid: free text stays.
+        for schema in [
+            serde_json::json!({"type": ["integer", "string"]}),
+            serde_json::json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}),
+            serde_json::json!({"type": "string"}),
+            serde_json::json!({"$ref": "#/$defs/s"}),
+        ] {
+            assert!(j(schema.clone()).is_none(), "{schema}");
+        }
+    }
+
+    /// Gemma 4: an object schema without properties is any dict, never any value (a walk wrote
+    /// `free:[true]` for `{"type": "object"}`); untyped values stay any value.
+    #[test]
+    fn gemma4_objects_without_properties_are_dicts() {
+        let mut g = Gemma4 { rules: Vec::new(), prefix: "p".into(), root: serde_json::Value::Null, refs: HashMap::new() };
+        assert_eq!(g.value(&serde_json::json!({"type": "object"}), "a"), "gemma4-dict");
+        assert_eq!(g.value(&serde_json::json!({"type": "object", "additionalProperties": true}), "a"), "gemma4-dict");
+        assert_eq!(g.value(&serde_json::json!({"type": "object", "additionalProperties": false}), "a"), r#"("{" "}")"#);
+        assert_eq!(g.value(&serde_json::json!({"description": "anything"}), "a"), "gemma4-value");
     }
 
     #[test]
