@@ -3,7 +3,9 @@ package dev.llb;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BiFunction;
 import java.util.function.Consumer;
@@ -22,6 +24,15 @@ import java.util.function.Supplier;
  * is rethrown with its type. Interrupting the waiting caller cancels the native call (as its
  * {@link CancellationToken} would), waits for it to return, and leaves the interrupt status set.
  *
+ * <p>The relay is bounded ({@link #RELAY_CHUNKS} events waiting): when the caller's consumer does
+ * not keep up (a server writing to a client that does not read), the platform thread blocks in the
+ * event callback, so llb pauses that request's decoding (it keeps its place; a pool's other
+ * requests go on) instead of buffering without limit. The wait re-checks the call's token every
+ * {@link #RECHECK_MS} ms, so a cancellation (the caller's token, an interrupt, a consumer that
+ * threw) ends it even while the consumer stays stuck; once cancelled, the relay no longer waits
+ * and queues the few events llb still sends (the final delta), delivered when the consumer takes
+ * them. (Closing the engine or pool still waits for the calls, stuck consumers included.)
+ *
  * <p>Platform threads take the direct path: the call runs on the calling thread, as before.
  */
 final class NativeThreads {
@@ -35,6 +46,10 @@ final class NativeThreads {
     private static final ExecutorService POOL = Executors.newCachedThreadPool(FACTORY);
     /** Marks the end of a relayed call's events. */
     private static final Object DONE = new Object();
+    /** Events a relayed call may have waiting for its caller before the native thread blocks. */
+    static final int RELAY_CHUNKS = 8;
+    /** How often a native thread blocked on a full relay re-checks its call's token. */
+    static final long RECHECK_MS = 20;
 
     private NativeThreads() {}
 
@@ -63,9 +78,15 @@ final class NativeThreads {
         if (!Thread.currentThread().isVirtual()) {
             return nativeSide.apply(consumer, cancel);
         }
+        // Unbounded list, bounded by the permits: DONE, and the events after a cancellation, need none.
         LinkedBlockingQueue<Object> queue = new LinkedBlockingQueue<>();
+        Semaphore room = new Semaphore(RELAY_CHUNKS);
         CancellationToken token = new CancellationToken(cancel);
-        Consumer<String> relay = consumer == null ? null : queue::add;
+        Consumer<String> relay = consumer == null ? null : event -> {
+            // False once cancelled: llb sends only its last events then, and the caller drains until DONE.
+            awaitRoom(room, token);
+            queue.add(event);
+        };
         Outcome<T> outcome = new Outcome<>();
         POOL.execute(() -> {
             try {
@@ -90,6 +111,7 @@ final class NativeThreads {
             if (item == DONE) {
                 break;
             }
+            room.release(); // after a cancellation too: the permits no longer matter then
             if (fromConsumer == null) {
                 try {
                     consumer.accept((String) item);
@@ -112,6 +134,30 @@ final class NativeThreads {
             throw rethrow(outcome.failure);
         }
         return outcome.value;
+    }
+
+    /**
+     * Waits (on the native thread) for room in a relay; false, at once, when the call is cancelled.
+     * An interrupt of the native thread is kept, and the wait goes on: only the token ends it.
+     */
+    private static boolean awaitRoom(Semaphore room, CancellationToken token) {
+        boolean interrupted = false;
+        try {
+            while (!token.isCancelled()) {
+                try {
+                    if (room.tryAcquire(RECHECK_MS, TimeUnit.MILLISECONDS)) {
+                        return true;
+                    }
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
+            return false;
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
     }
 
     /** What the platform thread's call produced; written before DONE is queued, read after it is taken. */
