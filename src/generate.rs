@@ -75,7 +75,7 @@ impl Run<'_> {
             decode_time: Duration::ZERO,
         };
         let ticket = place.join(prompt.clone());
-        let (admission, first) = self.prefill(&ticket, n_prompt)?;
+        let (admission, first) = self.prefill(&ticket)?;
         g.cache_warnings(&admission.warnings);
         crate::fault::site("infer");
         let t_prompt = t_start.elapsed();
@@ -97,7 +97,7 @@ impl Run<'_> {
     /// Waits until the prompt is evaluated, sending progress events. Returns how the request
     /// got its sequence (the tokens reused from the KV cache or restored from the prompt cache)
     /// and the first logits (None: cancelled by the host).
-    fn prefill(&self, ticket: &Ticket, n_prompt: usize) -> Result<(Admission, Option<Vec<f32>>)> {
+    fn prefill(&self, ticket: &Ticket) -> Result<(Admission, Option<Vec<f32>>)> {
         let mut admission = Admission::default();
         loop {
             match ticket.recv() {
@@ -108,10 +108,7 @@ impl Run<'_> {
                         return Ok((admission, None));
                     }
                 }
-                Msg::Logits(l, _) => {
-                    admission.cached = admission.cached.min(n_prompt);
-                    return Ok((admission, Some(l)));
-                }
+                Msg::Logits(l, _) => return Ok((admission, Some(l))),
                 Msg::Failed(e) => return Err(e),
             }
         }
@@ -742,8 +739,6 @@ impl Budget {
     }
 }
 
-/// After a rebuild of the sequence (it was parked for KV space) progress messages may come
-/// before the logits: skip them.
 /// Maps an offset in `bytes` to the same place in `String::from_utf8_lossy(bytes)`, where it is
 /// one: the end of a valid character or of an invalid sequence (None inside either).
 fn raw_to_lossy(bytes: &[u8]) -> impl Fn(usize) -> Option<usize> + '_ {
@@ -769,6 +764,8 @@ fn raw_to_lossy(bytes: &[u8]) -> impl Fn(usize) -> Option<usize> + '_ {
     }
 }
 
+/// After a rebuild of the sequence (it was parked for KV space) progress messages may come
+/// before the logits: skip them.
 fn continue_recv(ticket: &Ticket) -> Result<(Vec<f32>, Duration)> {
     loop {
         match ticket.recv() {

@@ -172,7 +172,7 @@ fn bad_cache_files_are_ignored_with_a_warning_and_the_answer_is_the_cold_one() {
         assert_eq!(read_and_restored(&resp).1, 0, "{how:?}: nothing restored");
         assert!(warnings(&resp).contains("prompt_cache_ignored"), "{how:?}: {}", warnings(&resp));
         assert!(!e.events.of_type("warning").is_empty(), "{how:?}: a warning event");
-        assert!(!file.exists() || std::fs::read(&file).unwrap() != std::fs::read(&foreign).unwrap(), "{how:?}: deleted");
+        assert!(!file.exists(), "{how:?}: deleted while the engine that found it runs");
     }
 }
 

@@ -94,7 +94,7 @@ impl Disk {
             .iter()
             .map(|(name, tokens)| (name, crate::tokens::common_prefix(tokens, prompt).min(limit)))
             .filter(|&(_, n)| n >= at_least)
-            .max_by_key(|&(name, n)| (n, std::cmp::Reverse(name.clone())));
+            .max_by_key(|&(name, n)| (n, std::cmp::Reverse(name)));
         (best.map(|(name, n)| (name.clone(), n)), warnings)
     }
 

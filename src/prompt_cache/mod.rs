@@ -204,7 +204,7 @@ impl PromptCache {
             return;
         }
         let mut ram = lock(&self.ram);
-        let dominated = |e: &RamEntry| tokens.starts_with(&e.tokens) || e.tokens == tokens;
+        let dominated = |e: &RamEntry| tokens.starts_with(&e.tokens);
         let freed: u64 = ram.entries.iter().filter(|e| dominated(e)).map(entry_bytes).sum();
         ram.entries.retain(|e| !dominated(e));
         ram.bytes -= freed;

@@ -105,7 +105,7 @@ impl SlotTable {
     /// `seq` is about to be cut to `len` tokens: records it if that drops enough of them.
     fn note_cut(&mut self, seq: usize, len: usize) {
         let held = &self.slots[seq].tokens;
-        if held.len().saturating_sub(len) >= self.keep_from && held.len() >= self.keep_from {
+        if held.len().saturating_sub(len) >= self.keep_from {
             self.leaving.push((seq, held.clone()));
         }
     }
