@@ -16,6 +16,7 @@ import java.util.List;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -185,48 +186,77 @@ class VirtualThreadsTest {
         return sum;
     }
 
+    /**
+     * A request streamed on a virtual thread whose consumer stops reading at its
+     * {@code stallAt}-th chunk (a client that stops reading) until {@link #release} opens, then
+     * throws {@code thenThrow} when one is given (a client gone). Closing it releases the
+     * consumer: a test that fails while it is stalled must not leave a call the pool's close
+     * would wait for.
+     */
+    private static final class StalledStream implements AutoCloseable {
+        final List<String> chunks = java.util.Collections.synchronizedList(new ArrayList<>());
+        final CountDownLatch stalled = new CountDownLatch(1);
+        final CountDownLatch release = new CountDownLatch(1);
+        final CompletableFuture<String> done = new CompletableFuture<>();
+
+        StalledStream(String request, int stallAt, CancellationToken token, RuntimeException thenThrow) {
+            Thread.ofVirtual().start(() -> {
+                try {
+                    done.complete(pool.stream(request, chunk -> {
+                        chunks.add(chunk);
+                        if (chunks.size() == stallAt) {
+                            stalled.countDown();
+                            try {
+                                release.await();
+                            } catch (InterruptedException e) {
+                                throw new IllegalStateException(e);
+                            }
+                            if (thenThrow != null) {
+                                throw thenThrow;
+                            }
+                        }
+                    }, token));
+                } catch (Throwable t) {
+                    done.completeExceptionally(t);
+                }
+            });
+        }
+
+        void awaitStall() throws InterruptedException {
+            assertTrue(stalled.await(TIMEOUT_S, TimeUnit.SECONDS), "no chunk arrived");
+        }
+
+        @Override
+        public void close() {
+            release.countDown();
+        }
+    }
+
     @Test
     void aConsumerThatStopsReadingPausesItsRequestUntilItReadsAgain() throws Exception {
-        List<String> chunks = java.util.Collections.synchronizedList(new ArrayList<>());
-        CountDownLatch stalled = new CountDownLatch(1);
-        CountDownLatch resume = new CountDownLatch(1);
-        CompletableFuture<String> done = new CompletableFuture<>();
-        Thread.ofVirtual().start(() -> {
-            try {
-                done.complete(pool.stream(longText(7, 400), chunk -> {
-                    chunks.add(chunk);
-                    if (chunks.size() == 3) { // a client that stops reading
-                        stalled.countDown();
-                        try {
-                            resume.await();
-                        } catch (InterruptedException e) {
-                            throw new IllegalStateException(e);
-                        }
-                    }
-                }));
-            } catch (Throwable t) {
-                done.completeExceptionally(t);
-            }
-        });
-        assertTrue(stalled.await(TIMEOUT_S, TimeUnit.SECONDS), "no chunk arrived");
-        // An unbounded relay would let the request run on to its 400 tokens meanwhile.
-        Thread.sleep(1000);
-        // The other requests go on: one runs to its end while this one is paused.
-        String other = inVirtualThread(() -> pool.infer(longText(8, 40)));
-        assertTrue(Set.of("length", "stop").contains(message(other).finishReason()), other);
-        int held = tokensHeld();
-        Thread.sleep(500);
-        int heldNow = tokensHeld();
-        assertEquals(1, running(), "the stalled request keeps its place, unfinished");
-        assertEquals(held, heldNow, "the stalled request decoded on: tokens held " + held + " -> " + heldNow);
-        assertEquals(3, chunks.size(), "the consumer took nothing while stalled");
-        assertFalse(done.isDone());
+        try (StalledStream s = new StalledStream(longText(7, 400), 3, new CancellationToken(), null)) {
+            List<String> chunks = s.chunks;
+            CompletableFuture<String> done = s.done;
+            s.awaitStall();
+            // An unbounded relay would let the request run on to its 400 tokens meanwhile.
+            Thread.sleep(1000);
+            // The other requests go on: one runs to its end while this one is paused.
+            String other = inVirtualThread(() -> pool.infer(longText(8, 40)));
+            assertTrue(Set.of("length", "stop").contains(message(other).finishReason()), other);
+            int held = tokensHeld();
+            Thread.sleep(500);
+            int heldNow = tokensHeld();
+            assertEquals(1, running(), "the stalled request keeps its place, unfinished");
+            assertEquals(held, heldNow, "the stalled request decoded on: tokens held " + held + " -> " + heldNow);
+            assertEquals(3, chunks.size(), "the consumer took nothing while stalled");
+            assertFalse(done.isDone());
 
-        resume.countDown();
-        String response = done.get(TIMEOUT_S, TimeUnit.SECONDS);
-        assertTrue(Set.of("length", "stop").contains(message(response).finishReason()), response);
-        assertTrue(chunks.size() > NativeThreads.RELAY_CHUNKS + 3, chunks.size() + " chunks");
-        assertEquals(message(response), assemble(chunks), "every chunk arrived, in order, once resumed");
+            s.release.countDown();
+            String response = done.get(TIMEOUT_S, TimeUnit.SECONDS);
+            assertTrue(Set.of("length", "stop").contains(message(response).finishReason()), response);
+            assertTrue(chunks.size() > NativeThreads.RELAY_CHUNKS + 3, chunks.size() + " chunks");
+            assertEquals(message(response), assemble(chunks), "every chunk arrived, in order, once resumed");
+        }
         assertEquals(0, running());
     }
 
@@ -234,77 +264,39 @@ class VirtualThreadsTest {
     void aStalledConsumerStillCancelsAtOnceByTokenOrByGoingAway() throws Exception {
         // By token: the native call ends while the consumer is still stuck; the last chunks wait for it.
         CancellationToken token = new CancellationToken();
-        List<String> chunks = java.util.Collections.synchronizedList(new ArrayList<>());
-        CountDownLatch stalled = new CountDownLatch(1);
-        CountDownLatch resume = new CountDownLatch(1);
-        CompletableFuture<String> done = new CompletableFuture<>();
-        Thread.ofVirtual().start(() -> {
-            try {
-                done.complete(pool.stream(longText(9, 1500), chunk -> {
-                    chunks.add(chunk);
-                    if (chunks.size() == 1) {
-                        stalled.countDown();
-                        try {
-                            resume.await();
-                        } catch (InterruptedException e) {
-                            throw new IllegalStateException(e);
-                        }
-                    }
-                }, token));
-            } catch (Throwable t) {
-                done.completeExceptionally(t);
+        try (StalledStream s = new StalledStream(longText(9, 1500), 1, token, null)) {
+            s.awaitStall();
+            Thread.sleep(500); // the relay fills; the native thread blocks in the callback
+            assertEquals(1, running());
+            token.cancel();
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (running() > 0 && System.nanoTime() < deadline) {
+                Thread.sleep(5);
             }
-        });
-        assertTrue(stalled.await(TIMEOUT_S, TimeUnit.SECONDS), "no chunk arrived");
-        Thread.sleep(500); // the relay fills; the native thread blocks in the callback
-        assertEquals(1, running());
-        token.cancel();
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
-        while (running() > 0 && System.nanoTime() < deadline) {
-            Thread.sleep(5);
+            assertEquals(0, running(), "a cancelled request must not wait for its stalled consumer");
+            s.release.countDown();
+            String response = s.done.get(TIMEOUT_S, TimeUnit.SECONDS);
+            assertEquals("cancelled", message(response).finishReason(), json(response).path("usage").toString());
+            assertEquals(message(response), assemble(s.chunks), "the chunks after the cancellation are delivered too");
         }
-        assertEquals(0, running(), "a cancelled request must not wait for its stalled consumer");
-        resume.countDown();
-        String response = done.get(TIMEOUT_S, TimeUnit.SECONDS);
-        assertEquals("cancelled", message(response).finishReason(), json(response).path("usage").toString());
-        assertEquals(message(response), assemble(chunks), "the chunks after the cancellation are delivered too");
 
         // Going away: a stalled consumer whose write then fails (a client that disconnected).
         // What the example server's consumer throws when the client is gone.
         java.io.UncheckedIOException gone = new java.io.UncheckedIOException(new java.io.IOException("Broken pipe"));
-        CountDownLatch stalled2 = new CountDownLatch(1);
-        CountDownLatch disconnect = new CountDownLatch(1);
-        CompletableFuture<Throwable> failed = new CompletableFuture<>();
-        List<String> seen = java.util.Collections.synchronizedList(new ArrayList<>());
-        Thread.ofVirtual().start(() -> {
-            try {
-                pool.stream(longText(10, 1500), chunk -> {
-                    seen.add(chunk);
-                    if (seen.size() == 1) {
-                        stalled2.countDown();
-                        try {
-                            disconnect.await();
-                        } catch (InterruptedException e) {
-                            throw new IllegalStateException(e);
-                        }
-                        throw gone;
-                    }
-                });
-                failed.complete(null);
-            } catch (Throwable t) {
-                failed.complete(t);
-            }
-        });
-        assertTrue(stalled2.await(TIMEOUT_S, TimeUnit.SECONDS), "no chunk arrived");
-        Thread.sleep(500);
-        assertEquals(1, running(), "paused, not finished, while its consumer is stalled");
-        long start = System.nanoTime();
-        disconnect.countDown();
-        assertSame(gone, failed.get(TIMEOUT_S, TimeUnit.SECONDS));
-        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
-        assertEquals(1, seen.size(), "no chunk is delivered after the consumer failed");
-        assertEquals(0, running());
-        assertTrue(ms < 2000, "the call ended " + ms + " ms after its consumer failed");
+        try (StalledStream lost = new StalledStream(longText(10, 1500), 1, new CancellationToken(), gone)) {
+            lost.awaitStall();
+            Thread.sleep(500);
+            assertEquals(1, running(), "paused, not finished, while its consumer is stalled");
+            long start = System.nanoTime();
+            lost.release.countDown();
+            ExecutionException failed =
+                    assertThrows(ExecutionException.class, () -> lost.done.get(TIMEOUT_S, TimeUnit.SECONDS));
+            assertSame(gone, failed.getCause());
+            long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            assertEquals(1, lost.chunks.size(), "no chunk is delivered after the consumer failed");
+            assertEquals(0, running());
+            assertTrue(ms < 2000, "the call ended " + ms + " ms after its consumer failed");
+        }
     }
 
     private interface Call<T> {
