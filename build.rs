@@ -4,7 +4,8 @@
 //!    the pinned sdist with pip, verify its sha256 and unpack it).
 //! 2. Build llama.cpp's static libraries with CMake, always Release, into a directory keyed by the
 //!    pin and the options so that debug and release cargo profiles share one build.
-//! 3. Compile the C++ shim (`native/shim.cpp`) with the cc crate.
+//! 3. Compile the C++ shim (`native/shim.cpp`, `native/isolate.cpp`, `native/speculative.cpp`)
+//!    with the cc crate.
 //! 4. cbindgen: the public C header, written to `OUT_DIR/llb.h`; `include/llb.h` is the committed
 //!    copy, refreshed when `LLB_BLESS_HEADER=1` and checked by a test.
 //!
@@ -510,6 +511,7 @@ fn build_shim(manifest: &Path, src: &Path) {
     for f in [
         "native/shim.cpp",
         "native/isolate.cpp",
+        "native/speculative.cpp",
         "native/rpc_guard.cpp",
         "native/rpc_guard.h",
         "native/guard.h",
@@ -524,6 +526,7 @@ fn build_shim(manifest: &Path, src: &Path) {
         .std("c++17")
         .file(manifest.join("native/shim.cpp"))
         .file(manifest.join("native/isolate.cpp"))
+        .file(manifest.join("native/speculative.cpp"))
         .file(manifest.join("native/rpc_guard.cpp"))
         .include(manifest.join("native"))
         .opt_level(2)

@@ -192,6 +192,28 @@ llb_shim_status llb_shim_triggers_find(const llb_shim_triggers *t, const char *t
                                        int64_t *out_start, char **err);
 void llb_shim_triggers_free(llb_shim_triggers *t);
 
+/*
+ * Self-drafting speculative decoding on llama.cpp's common_speculative (common/speculative.h),
+ * for the n-gram types (`ngram-simple`, `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`,
+ * `ngram-cache`: llama.cpp's names). One llb_shim_spec drafts for `n_seq` lanes (a lane is one
+ * request at a time); its calls must not overlap (the caller locks). A type that needs a draft
+ * model, or an unknown one, is LLB_SHIM_INVALID.
+ *
+ * _begin starts a lane's generation on its prompt. _draft proposes at most `n_max` tokens to
+ * follow `last` after `history` (the tokens before it): *n_out of them are written to `out`
+ * (capacity n_max; 0 when nothing can be drafted). _accept reports how many tokens of the lane's
+ * last non-empty draft the model accepted (ignored when the lane drafted nothing yet).
+ * Free with llb_shim_spec_free (NULL is ignored).
+ */
+typedef struct llb_shim_spec llb_shim_spec;
+llb_shim_status llb_shim_spec_new(const char *type, uint32_t n_seq, llb_shim_spec **out, char **err);
+llb_shim_status llb_shim_spec_begin(llb_shim_spec *s, uint32_t lane, const int32_t *prompt, size_t n_prompt,
+                                    char **err);
+llb_shim_status llb_shim_spec_draft(llb_shim_spec *s, uint32_t lane, const int32_t *history, size_t n_history,
+                                    int32_t last, int32_t n_max, int32_t *out, size_t *n_out, char **err);
+llb_shim_status llb_shim_spec_accept(llb_shim_spec *s, uint32_t lane, uint16_t n_accepted, char **err);
+void llb_shim_spec_free(llb_shim_spec *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,8 @@ use crate::request::{self, ChatRequest, EngineConfig, EngineSettings, HandleKind
 use crate::scheduler::{SchedConfig, Scheduler};
 use crate::session::ReplyBook;
 use crate::shim::{Probe, Templates};
+use crate::speculate::Drafters;
+use crate::sys;
 use crate::tokens::Vocab;
 use serde_json::Value;
 use std::path::Path;
@@ -73,6 +75,8 @@ fn prompt_cache_settings(s: &EngineSettings, model: &Model, cp: &crate::backend:
 /// context) goes before the prompter and the vocabulary, which hold the model.
 struct Chat {
     sched: Scheduler,
+    /// Speculative decoding's drafter (None: the model's memory cannot take drafted tokens back).
+    drafters: Option<Drafters>,
     prompter: Prompter,
     vocab: Arc<Vocab>,
     book: ReplyBook,
@@ -119,9 +123,11 @@ impl Chat {
                 backend: ctx_params,
             },
         )?;
+        let drafters = drafters(&settings, &model)?;
         let vocab = Arc::new(Vocab::new(model));
         Ok(Chat {
             sched,
+            drafters,
             prompter: Prompter::new(vocab.clone(), templates, ins.probe),
             vocab,
             book: ReplyBook::new(settings.n_slots * 2),
@@ -145,10 +151,22 @@ impl Chat {
             book: &self.book,
             model_name: &self.model_name,
             max_seq: self.settings.max_seq as usize,
+            n_batch: self.settings.n_batch as usize,
+            drafters: self.drafters.as_ref(),
             emit,
         };
         run.run(&req)
     }
+}
+
+/// The drafter of speculative decoding (docs/design.md, "Speculative decoding"), one lane per
+/// request that runs at once. None for a model whose memory cannot cut a sequence (recurrent
+/// and hybrid models: every rejected draft would rebuild the sequence).
+fn drafters(settings: &EngineSettings, model: &Model) -> Result<Option<Drafters>> {
+    // SAFETY: the model is alive for the calls.
+    let cut = unsafe { !sys::llama_model_is_recurrent(model.raw()) && !sys::llama_model_is_hybrid(model.raw()) };
+    let s = &settings.speculative;
+    cut.then(|| Drafters::new(s.kind, settings.n_parallel as usize, s.draft_max, s.draft_min)).transpose()
 }
 
 /// An engine: one conversation's context over a shared model.

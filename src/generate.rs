@@ -15,6 +15,7 @@ use crate::sampler::{SampleStats, Sampler};
 use crate::scheduler::{Admission, Msg, Scheduler, Ticket};
 use crate::session::{ReplyBook, ReplyRecord};
 use crate::shim::ParsedMsg;
+use crate::speculate::{DraftStats, Drafters, Followed, Rows, Speculation};
 use crate::tokens::{Token, Vocab};
 use serde_json::{json, Value};
 use std::ops::ControlFlow::{self, Break, Continue};
@@ -34,6 +35,10 @@ pub struct Run<'a> {
     pub model_name: &'a str,
     /// The most tokens one sequence may hold (prompt and reply).
     pub max_seq: usize,
+    /// The most tokens one decode takes (a step and its draft fit in it).
+    pub n_batch: usize,
+    /// Speculative decoding's drafter (None: the model cannot take drafted tokens back).
+    pub drafters: Option<&'a Drafters>,
     pub emit: &'a dyn Fn(&Value) -> bool,
 }
 
@@ -73,6 +78,7 @@ impl Run<'_> {
             sampling: SampleStats::default(),
             model_wait: Duration::ZERO,
             decode_time: Duration::ZERO,
+            drafts: DraftStats::default(),
         };
         let ticket = place.join(prompt.clone());
         let (admission, first) = self.prefill(&ticket)?;
@@ -83,7 +89,14 @@ impl Run<'_> {
         let finish = match first {
             None => Finish::Cancelled,
             Some(_) if !g.response.open() => Finish::Cancelled,
-            Some(logits) => g.generate(self.prompter, &ticket, logits)?,
+            Some(logits) => {
+                // A request that speculates and finds a free lane drafts (src/speculate/).
+                let spec = match self.drafters.filter(|_| req.speculative) {
+                    Some(d) => Speculation::start(d, &prompt)?,
+                    None => None,
+                };
+                g.generate(self.prompter, &ticket, Rows::new(logits, self.vocab.n_tokens() as usize), spec, self.n_batch)?
+            }
         };
         drop(ticket);
         let stats = prompt_stats(n_prompt, &admission, t_prompt, t_gen.elapsed());
@@ -160,6 +173,8 @@ struct Generation<'a> {
     /// Of that, the time `llama_decode` itself took (the rest is the scheduler's and the
     /// hand-over between threads).
     decode_time: Duration,
+    /// Speculative decoding: tokens drafted and accepted.
+    drafts: DraftStats,
 }
 
 /// How a request's tokens are chosen: its sampler (chain and grammar), the call-syntax
@@ -202,39 +217,61 @@ impl Generation<'_> {
     }
 
     /// Samples until an end-of-generation token, a stop string, `max_tokens`, a full context,
-    /// a second call where one is allowed, or cancellation.
-    fn generate(&mut self, prompter: &Prompter, ticket: &Ticket, mut logits: Vec<f32>) -> Result<Finish> {
+    /// a second call where one is allowed, or cancellation. With speculation (`spec`), a step
+    /// the draft held takes the next row of the same decode instead of a decode of its own.
+    fn generate(&mut self, prompter: &Prompter, ticket: &Ticket, mut rows: Rows, mut spec: Option<Speculation>, n_batch: usize) -> Result<Finish> {
         let mut d = self.decoder(prompter)?;
         let mut next_progress = PROGRESS_EVERY;
-        loop {
+        let finish = loop {
             if self.gen_tokens.len() >= self.room {
-                return Ok(Finish::Length);
+                break Finish::Length;
             }
-            let (step, sampled) = match self.step(&mut d, &logits)? {
+            let (step, sampled) = match self.step(&mut d, rows.current())? {
                 Continue(s) => s,
-                Break(finish) => return Ok(finish),
+                Break(finish) => break finish,
             };
             self.n_forced += step.len() - sampled as usize;
-            let row = sampled.then_some(&logits[..]);
+            let row = sampled.then_some(rows.current());
             if let Some(f) = self.record_step(&step, row, d.syntax.as_mut()) {
-                return Ok(f);
+                break f;
             }
-            ticket.submit(&step, std::mem::take(&mut logits));
+            let decode = match spec.as_mut().map(|s| s.follow(&step)) {
+                Some(Followed::Whole(n)) => {
+                    rows.advance(n);
+                    false
+                }
+                Some(Followed::Diverged { matched, retract }) => {
+                    let rest = &step[matched..];
+                    let room = (self.room - self.gen_tokens.len()).min(n_batch.saturating_sub(rest.len()));
+                    let s = spec.as_mut().expect("matched above");
+                    let draft = s.draft(room, |draft| d.smpl.grammar_valid_prefix(draft))?;
+                    ticket.submit_draft(retract, rest, &draft, rows.take());
+                    true
+                }
+                None => {
+                    ticket.submit(&step, rows.take());
+                    true
+                }
+            };
             if let Some(f) = self.partial() {
-                return Ok(f);
+                break f;
             }
             if self.gen_tokens.len() >= next_progress {
                 next_progress = self.gen_tokens.len() + PROGRESS_EVERY;
                 let n = self.gen_tokens.len();
                 if !(self.emit)(&json!({"type": "progress", "stage": "generate", "completion_tokens": n})) {
-                    return Ok(Finish::Cancelled);
+                    break Finish::Cancelled;
                 }
             }
-            logits = match self.next_logits(ticket)? {
-                Continue(l) => l,
-                Break(finish) => return Ok(finish),
-            };
-        }
+            if decode {
+                rows = match self.next_logits(ticket)? {
+                    Continue(l) => Rows::new(l, rows.n_vocab()),
+                    Break(finish) => break finish,
+                };
+            }
+        };
+        self.drafts = spec.map(|s| s.stats).unwrap_or_default();
+        Ok(finish)
     }
 
     /// The next step's tokens, and whether the first was sampled (from `logits`; the rest are
@@ -470,6 +507,8 @@ impl Generation<'_> {
             t_decode: self.decode_time,
             t_sampling: self.sampling.chain,
             t_grammar: self.sampling.grammar,
+            draft_tokens: self.drafts.drafted,
+            draft_accepted: self.drafts.accepted,
             ..stats
         };
         let completion = self.response.complete(&msg, finish, &stats);

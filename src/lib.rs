@@ -46,6 +46,7 @@ mod response;
 mod sampler;
 mod scheduler;
 mod session;
+mod speculate;
 #[doc(hidden)]
 pub mod shim;
 #[doc(hidden)]

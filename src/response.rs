@@ -103,6 +103,9 @@ pub struct Stats {
     pub t_sampling: Duration,
     /// Of `t_generate`: the grammar (masks, checks, accepting tokens).
     pub t_grammar: Duration,
+    /// Speculative decoding: tokens drafted, and of those, the ones the model accepted.
+    pub draft_tokens: usize,
+    pub draft_accepted: usize,
 }
 
 /// One request's response: its identity, where its chunks go, what has been streamed, its
@@ -389,6 +392,9 @@ fn timings(s: &Stats) -> Value {
         "predicted_ms": predicted_ms,
         "predicted_per_second": if predicted_ms > 0.0 { n as f64 * 1e3 / predicted_ms } else { 0.0 },
         "predicted_forced_n": s.forced_tokens,
+        // Speculative decoding: tokens drafted and, of those, accepted (llama-server's names).
+        "draft_n": s.draft_tokens,
+        "draft_accepted_n": s.draft_accepted,
         // Of predicted_ms: waiting for the model's logits, the sampler chain, and the grammar
         // (masks, checks, accepting); the rest is llb's own work (parsing, streaming, stops).
         "model_ms": ms(s.t_model),

@@ -364,6 +364,19 @@ impl Sampler {
         r
     }
 
+    /// How many leading tokens of `draft` the grammar admits in a row from its current state
+    /// (all of them without a grammar, or where the grammar cannot tell without advancing:
+    /// verification samples every token under the grammar anyway). The state is unchanged.
+    pub fn grammar_valid_prefix(&mut self, draft: &[Token]) -> Result<usize> {
+        let t0 = Instant::now();
+        let r = match self.grammar.as_mut() {
+            Some(g) => g.valid_prefix(draft),
+            None => Ok(draft.len()),
+        };
+        self.stats.grammar += t0.elapsed();
+        r
+    }
+
     /// The text the grammar forces next, at most `max_bytes` bytes ("" without a grammar, at a
     /// choice, or while a lazy grammar waits for its trigger). See [`crate::jump`].
     pub fn forced_text(&mut self, max_bytes: usize) -> Result<String> {

@@ -548,6 +548,70 @@ impl Drop for TriggerPatterns {
     }
 }
 
+/// llama.cpp's self-drafting speculative decoding (common_speculative, the n-gram types): drafts
+/// for `lanes` requests at a time, one lane each. Not thread-safe: the caller locks.
+pub struct SpecDrafter {
+    raw: *mut sys::llb_shim_spec,
+    lanes: usize,
+}
+
+// SAFETY: the drafter's state is only touched through &mut self (its owner locks it).
+unsafe impl Send for SpecDrafter {}
+
+impl SpecDrafter {
+    /// A drafter of llama.cpp's type `kind` (one of the n-gram types) for `lanes` lanes.
+    pub fn new(kind: &str, lanes: usize) -> Result<SpecDrafter> {
+        let name = CString::new(kind).map_err(|_| Error::new(ErrorCode::InvalidArgument, "a speculative type holds NUL"))?;
+        let mut out = ptr::null_mut();
+        let mut err = ptr::null_mut();
+        // SAFETY: `name` outlives the call; `out` is a valid out-pointer.
+        let st = unsafe { sys::llb_shim_spec_new(name.as_ptr(), lanes as u32, &mut out, &mut err) };
+        check(st, err, "the speculative drafter")?;
+        Ok(SpecDrafter { raw: out, lanes })
+    }
+
+    pub fn lanes(&self) -> usize {
+        self.lanes
+    }
+
+    /// Starts `lane`'s generation after `prompt`.
+    pub fn begin(&mut self, lane: usize, prompt: &[sys::llama_token]) -> Result<()> {
+        let mut err = ptr::null_mut();
+        // SAFETY: `raw` is live; `prompt` is valid for its length.
+        let st = unsafe { sys::llb_shim_spec_begin(self.raw, lane as u32, prompt.as_ptr(), prompt.len(), &mut err) };
+        check_llb(st, err, "starting a speculative draft")
+    }
+
+    /// At most `n_max` tokens to follow `last`, which follows `history` (empty: no draft).
+    pub fn draft(&mut self, lane: usize, history: &[sys::llama_token], last: sys::llama_token, n_max: usize) -> Result<Vec<sys::llama_token>> {
+        let mut out = vec![0 as sys::llama_token; n_max];
+        let mut n = 0usize;
+        let mut err = ptr::null_mut();
+        // SAFETY: `raw` is live; `history` is valid for its length, `out` for n_max tokens.
+        let st = unsafe {
+            sys::llb_shim_spec_draft(self.raw, lane as u32, history.as_ptr(), history.len(), last, n_max as i32, out.as_mut_ptr(), &mut n, &mut err)
+        };
+        check_llb(st, err, "drafting tokens")?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// The model accepted `n` tokens of `lane`'s last draft.
+    pub fn accept(&mut self, lane: usize, n: usize) -> Result<()> {
+        let mut err = ptr::null_mut();
+        // SAFETY: `raw` is live.
+        let st = unsafe { sys::llb_shim_spec_accept(self.raw, lane as u32, n.min(u16::MAX as usize) as u16, &mut err) };
+        check_llb(st, err, "accepting a draft")
+    }
+}
+
+impl Drop for SpecDrafter {
+    fn drop(&mut self) {
+        // SAFETY: made by llb_shim_spec_new, freed once here.
+        unsafe { sys::llb_shim_spec_free(self.raw) };
+    }
+}
+
 /// Test switch (src/fault.rs): the next shim call on this thread throws a C++ exception inside
 /// the shim's guard.
 pub(crate) fn testing_throw_next() {

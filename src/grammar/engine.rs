@@ -312,6 +312,19 @@ impl Constraint {
         Ok(m.validate_tokens(&[t]).map_err(|e| stopped(m, e))? == 1)
     }
 
+    /// How many leading tokens of `tokens` the grammar admits in a row, the state unchanged
+    /// (all of them while a lazy grammar waits for its trigger). An end-of-generation token
+    /// ends the count: nothing is checked past it.
+    pub fn valid_prefix(&mut self, tokens: &[sys::llama_token]) -> Result<usize> {
+        let State::Active(m) = &mut self.state else { return Ok(tokens.len()) };
+        let end = tokens.iter().position(|&t| t < 0 || self.engine.is_eog(t as u32)).unwrap_or(tokens.len());
+        if end == 0 || m.is_stopped() {
+            return Ok(0);
+        }
+        let ids: Vec<u32> = tokens[..end].iter().map(|&t| t as u32).collect();
+        m.validate_tokens(&ids).map_err(|e| stopped(m, e))
+    }
+
     /// Advances past `token`. A token the grammar refuses is an internal error (callers only
     /// accept tokens they checked).
     pub fn accept(&mut self, token: sys::llama_token, piece: &[u8]) -> Result<()> {

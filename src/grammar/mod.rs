@@ -85,6 +85,16 @@ impl Grammar {
         }
     }
 
+    /// How many leading tokens of `tokens` may come next in a row, the state unchanged. The
+    /// engine checks them all; llama.cpp's sampler cannot without advancing, and admits them
+    /// (a caller that samples each token under the grammar refuses them there).
+    pub fn valid_prefix(&mut self, tokens: &[sys::llama_token]) -> Result<usize> {
+        match self {
+            Grammar::Engine(c) => c.valid_prefix(tokens),
+            Grammar::Llama(_) => Ok(tokens.len()),
+        }
+    }
+
     /// Whether any of `tokens` may come next.
     pub fn allows_any(&mut self, tokens: &[sys::llama_token]) -> Result<bool> {
         match self {

@@ -74,6 +74,8 @@ pub struct ResolvedRequest {
     pub deterministic_call_syntax: bool,
     /// Jump-forward decoding: the request's `jump_forward`, else the config's.
     pub jump_forward: bool,
+    /// Speculative decoding: the request's `speculative`, else the config's.
+    pub speculative: bool,
 }
 
 impl ChatRequest {
@@ -117,6 +119,7 @@ impl ChatRequest {
             logprobs: (self.logprobs == Some(true)).then(|| self.top_logprobs.unwrap_or(0) as usize),
             deterministic_call_syntax: self.deterministic_call_syntax.unwrap_or(settings.deterministic_call_syntax),
             jump_forward: self.jump_forward.unwrap_or(settings.jump_forward),
+            speculative: self.speculative.unwrap_or(settings.speculative.by_default),
             parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
             tools: self.tools.unwrap_or_default(),
             messages: self.messages,

@@ -22,6 +22,19 @@ pub const DEFAULT_N_PARALLEL: u32 = 4;
 pub const DEFAULT_QUEUE_PER_PARALLEL: u32 = 16;
 /// Sequences per running request a pool keeps (the rest hold idle conversations for reuse).
 pub const SLOTS_PER_PARALLEL: usize = 4;
+/// The self-drafting speculative types llb runs, by llama.cpp's names (common/speculative.h):
+/// they draft from the tokens of the conversation itself.
+pub const SPECULATIVE_TYPES: [&str; 5] = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"];
+/// llama.cpp's types that draft with a second model: refused by name (not run yet).
+pub const DRAFT_MODEL_TYPES: [&str; 3] = ["draft-simple", "draft-eagle3", "draft-mtp"];
+/// The drafter when the config names none (docs/design.md, "Speculative decoding": it costs
+/// nothing measurable where nothing repeats, and drafts the longest copies).
+pub const DEFAULT_SPECULATIVE_TYPE: &str = "ngram-map-k";
+/// The most tokens one draft holds when the config gives no `draft_max`: a rejected draft costs
+/// its rows in the verifying batch (a copy of n_vocab floats each, and compute on a CPU).
+pub const DEFAULT_DRAFT_MAX: usize = 16;
+/// `draft_max` may be at most this (and the batch, `n_batch`, bounds it too).
+pub const MAX_DRAFT: i64 = 256;
 /// llama.cpp's limit on sequences (`LLAMA_MAX_SEQ`).
 pub const MAX_SEQ_IDS: usize = 256;
 /// The prompt cache's RAM budget when the config gives none, in whole contexts' KV cache (the
@@ -96,6 +109,63 @@ pub struct EngineSettings {
     pub prompt_cache_dir: Option<std::path::PathBuf>,
     /// The disk tier's budget: `prompt_cache.disk_bytes`, default 16 GiB.
     pub prompt_cache_disk: u64,
+    /// Speculative decoding: `speculative.*` resolved.
+    pub speculative: Speculation,
+}
+
+/// How an engine or pool speculates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Speculation {
+    /// The drafter (a name of [`SPECULATIVE_TYPES`]): `speculative.type`, default
+    /// [`DEFAULT_SPECULATIVE_TYPE`]; with `"none"`, still the default one, for requests that
+    /// ask for speculation themselves.
+    pub kind: &'static str,
+    /// Requests that do not say speculate: false only for `"type": "none"`.
+    pub by_default: bool,
+    /// The most tokens a draft holds: `speculative.draft_max`, default [`DEFAULT_DRAFT_MAX`].
+    pub draft_max: usize,
+    /// Shorter drafts are dropped: `speculative.draft_min`, default 0.
+    pub draft_min: usize,
+}
+
+impl Speculation {
+    fn resolve(config: Option<&super::wire::SpeculativeConfig>) -> Speculation {
+        let c = config.cloned().unwrap_or_default();
+        let named = c.kind.as_deref().and_then(|k| SPECULATIVE_TYPES.iter().copied().find(|t| *t == k));
+        Speculation {
+            kind: named.unwrap_or(DEFAULT_SPECULATIVE_TYPE),
+            by_default: c.kind.as_deref() != Some("none"),
+            draft_max: c.draft_max.map_or(DEFAULT_DRAFT_MAX, |n| n as usize),
+            draft_min: c.draft_min.map_or(0, |n| n as usize),
+        }
+    }
+}
+
+/// Checks `speculative` of a config: a known type llb runs, and draft sizes in range.
+fn validate_speculative(c: &super::wire::SpeculativeConfig) -> Result<()> {
+    if let Some(k) = c.kind.as_deref() {
+        if DRAFT_MODEL_TYPES.contains(&k) {
+            bail!(
+                InvalidArgument,
+                "field `speculative.type`: `{k}` drafts with a second model, which llb does not run yet; use a self-drafting type ({})",
+                SPECULATIVE_TYPES.join(", ")
+            );
+        }
+        if k != "none" && !SPECULATIVE_TYPES.contains(&k) {
+            bail!(InvalidArgument, "field `speculative.type`: unknown type `{k}`: one of none, {}", SPECULATIVE_TYPES.join(", "));
+        }
+    }
+    if c.draft_model_path.is_some() || c.draft_n_gpu_layers.is_some() {
+        bail!(InvalidArgument, "field `speculative.draft_model_path`: draft models are not run by llb yet; use a self-drafting type");
+    }
+    if let Some(n) = c.draft_max.filter(|n| !(1..=MAX_DRAFT).contains(n)) {
+        bail!(InvalidArgument, "field `speculative.draft_max`: {n} is not 1 to {MAX_DRAFT}");
+    }
+    let max = c.draft_max.unwrap_or(DEFAULT_DRAFT_MAX as i64);
+    if let Some(n) = c.draft_min.filter(|n| !(0..=max).contains(n)) {
+        bail!(InvalidArgument, "field `speculative.draft_min`: {n} is not 0 to draft_max ({max})");
+    }
+    Ok(())
 }
 
 /// The prompt cache's default RAM budget for a context whose whole KV cache takes
@@ -149,6 +219,9 @@ impl EngineConfig {
                 bail!(InvalidArgument, "field `prompt_cache.disk_bytes`: sets the budget of `prompt_cache.dir`, which is not set");
             }
         }
+        if let Some(sc) = &self.speculative {
+            validate_speculative(sc)?;
+        }
         if self.max_queue.is_some() && kind == HandleKind::Engine {
             bail!(InvalidArgument, "field `max_queue`: only pools (llb_pool_create) queue requests");
         }
@@ -188,6 +261,7 @@ impl EngineSettings {
             prompt_cache_ram: config.prompt_cache.as_ref().and_then(|p| p.ram_bytes),
             prompt_cache_dir: config.prompt_cache.as_ref().and_then(|p| p.dir.as_ref().map(Into::into)),
             prompt_cache_disk: config.prompt_cache.as_ref().and_then(|p| p.disk_bytes).unwrap_or(PROMPT_CACHE_DISK_BYTES),
+            speculative: Speculation::resolve(config.speculative.as_ref()),
         })
     }
 }

@@ -89,6 +89,30 @@ pub struct EngineConfig {
     /// Where conversations that leave the context are kept (docs/design.md, "The prompt cache").
     #[serde(default)]
     pub prompt_cache: Option<PromptCacheConfig>,
+    /// Speculative decoding (docs/design.md, "Speculative decoding").
+    #[serde(default)]
+    pub speculative: Option<SpeculativeConfig>,
+}
+
+/// `speculative` of an engine or pool config; every field optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculativeConfig {
+    /// llama.cpp's name of the drafter (`ngram-simple`, `ngram-map-k`, ..., `none`).
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    /// The most tokens one draft holds.
+    #[serde(default)]
+    pub draft_max: Option<i64>,
+    /// Drafts shorter than this are not verified.
+    #[serde(default)]
+    pub draft_min: Option<i64>,
+    /// A draft model's GGUF (`draft-simple`).
+    #[serde(default)]
+    pub draft_model_path: Option<String>,
+    /// The draft model's layers on the GPU.
+    #[serde(default)]
+    pub draft_n_gpu_layers: Option<i32>,
 }
 
 /// `prompt_cache` of an engine or pool config; every field optional.
@@ -453,6 +477,10 @@ pub struct ChatRequest {
     /// evaluating it in one batch (jump-forward decoding; default: the engine's config, true).
     #[serde(default)]
     pub jump_forward: Option<bool>,
+    /// llb's extension: `false` decodes this request without speculation, `true` with it
+    /// (default: the engine's config; docs/design.md, "Speculative decoding").
+    #[serde(default)]
+    pub speculative: Option<bool>,
     /// llb's extension, as llama-server's: the most tokens the reply may spend reasoning (-1
     /// unlimited, 0 no thinking); past it the template's end-of-thinking tag is forced and the
     /// reply goes on (docs/tool-calls.md, "Reasoning budget").

@@ -77,8 +77,9 @@ pub enum Msg {
         done: usize,
         total: usize,
     },
-    /// The logits row after the request's last token (a copy: n_vocab floats), and how long
-    /// the `llama_decode` that made it took.
+    /// The logits rows of the request's last tokens (a copy: n_vocab floats each; one row, or
+    /// one per drafted token and one more: [`Ticket::submit_draft`]), and how long the
+    /// `llama_decode` that made them took.
     Logits(Vec<f32>, Duration),
     Failed(Error),
 }
@@ -112,6 +113,9 @@ struct Job {
     /// The logits row the request gave back with its last step, filled again for the next one
     /// (no allocation per token: a row is n_vocab floats).
     spare: Vec<f32>,
+    /// Logits rows wanted at the end of `tokens` once they are decoded: 1, or a draft's length
+    /// and 1 (speculative decoding verifies every drafted token).
+    rows: usize,
 }
 
 impl Job {
@@ -332,7 +336,7 @@ impl Reservation {
         let id = st.next_id;
         let mailbox = Arc::new(Mailbox::default());
         let prompt_len = tokens.len();
-        let job = Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new() };
+        let job = Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new(), rows: 1 };
         st.jobs.push(job);
         // The job now holds the place: the reservation's Drop must not give it back.
         st.reserved -= 1;
@@ -376,9 +380,21 @@ impl Ticket {
     /// multi-token entry of the next batch); the logits after the last one come as the next
     /// message, in `row`, the last row given back for reuse.
     pub fn submit(&self, tokens: &[Token], row: Vec<f32>) {
+        self.submit_draft(0, tokens, &[], row);
+    }
+
+    /// Speculative decoding's step: takes back the request's last `retract` tokens (drafted
+    /// tokens the model did not accept: they leave the sequence), then submits `tokens` and a
+    /// `draft` after them. The next message holds `draft.len() + 1` logits rows: after the last
+    /// of `tokens`, then after each drafted token.
+    pub fn submit_draft(&self, retract: usize, tokens: &[Token], draft: &[Token], row: Vec<f32>) {
         let mut st = lock(&self.shared.state);
         if let Some(j) = st.jobs.iter_mut().find(|j| j.id == self.id) {
+            let keep = j.tokens.len().saturating_sub(retract).max(j.prompt_len);
+            j.tokens.truncate(keep);
             j.tokens.extend_from_slice(tokens);
+            j.tokens.extend_from_slice(draft);
+            j.rows = draft.len() + 1;
             j.state.submitted();
             j.spare = row;
         }
@@ -435,13 +451,14 @@ fn spin_for_submit(shared: &Shared, seen: u64, limit: Duration) {
     }
 }
 
-/// One entry of a batch: `n` tokens of a job's sequence starting at position `pos`.
+/// One entry of a batch: `n` tokens of a job's sequence starting at position `pos`, the logits
+/// of the last `rows` of them wanted.
 struct Entry {
     job: u64,
     slot: usize,
     pos: usize,
     tokens: Vec<Token>,
-    logits: bool,
+    rows: usize,
 }
 
 /// The scheduler thread's side: owns the context and the batch.
@@ -756,6 +773,7 @@ impl Worker {
     /// the text forced after it), then prompt chunks (oldest request first) up to `n_batch`
     /// tokens.
     fn build(&mut self, st: &mut State) -> Vec<Entry> {
+        self.retract_drafts(st);
         let mut budget = self.shared.config.n_batch as usize;
         let mut entries = Vec::new();
         for generating in [true, false] {
@@ -766,18 +784,36 @@ impl Worker {
                     continue;
                 }
                 let pos = st.slots.held(s).len();
-                let n = pending.min(budget);
+                // Rows of logits come from one decode: a chunk ends before them or holds them all.
+                let n = match pending.min(budget) {
+                    n if n < pending && pending - n < j.rows => pending.saturating_sub(j.rows),
+                    n => n,
+                };
+                if n == 0 {
+                    continue;
+                }
                 budget -= n;
                 entries.push(Entry {
                     job: j.id,
                     slot: s,
                     pos,
                     tokens: j.tokens[pos..pos + n].to_vec(),
-                    logits: n == pending,
+                    rows: if n == pending { j.rows.min(n) } else { 0 },
                 });
             }
         }
         entries
+    }
+
+    /// Drafted tokens a request took back ([`Ticket::submit_draft`]) leave its sequence.
+    fn retract_drafts(&mut self, st: &mut State) {
+        for j in &st.jobs {
+            let Some(seq) = j.state.running_seq() else { continue };
+            if st.slots.held(seq).len() > j.tokens.len() {
+                let op = st.slots.rollback(seq, j.tokens.len());
+                self.apply(&mut st.slots, vec![op]);
+            }
+        }
     }
 
     /// Decodes a batch; on success hands out progress and logits, on a full KV cache frees
@@ -843,7 +879,7 @@ impl Worker {
                     *b.pos.add(k) = (e.pos + i) as i32;
                     *b.n_seq_id.add(k) = 1;
                     **b.seq_id.add(k) = e.slot as i32;
-                    *b.logits.add(k) = (e.logits && i + 1 == e.tokens.len()) as i8;
+                    *b.logits.add(k) = (i + e.rows >= e.tokens.len()) as i8;
                 }
                 k += 1;
             }
@@ -862,22 +898,31 @@ impl Worker {
                 let held = st.slots.held(e.slot).len();
                 j.mailbox.post(Msg::Progress { done: held.min(j.prompt_len), total: j.prompt_len });
             }
-            if e.logits {
-                // SAFETY: the row of this entry's last token was requested and decoded.
-                let p = unsafe { sys::llama_get_logits_ith(self.ctx.0, row - 1) };
-                let msg = if p.is_null() {
-                    Msg::Failed(Error::new(ErrorCode::Internal, "llama.cpp returned no logits"))
-                } else {
-                    let mut row = std::mem::take(&mut j.spare);
-                    row.clear();
-                    // SAFETY: a logits row holds n_vocab floats.
-                    row.extend_from_slice(unsafe { std::slice::from_raw_parts(p, self.n_vocab) });
-                    Msg::Logits(row, took)
+            if e.rows > 0 {
+                let msg = match self.rows(row - e.rows as i32, e.rows, std::mem::take(&mut j.spare)) {
+                    Some(rows) => Msg::Logits(rows, took),
+                    None => Msg::Failed(Error::new(ErrorCode::Internal, "llama.cpp returned no logits")),
                 };
                 j.state.logits_delivered(Instant::now());
                 j.mailbox.post(msg);
             }
         }
+    }
+
+    /// Copies `n` logits rows of the last decode, from batch index `first` on, into `out`
+    /// (reused: no allocation per token). None when llama.cpp has no row there.
+    fn rows(&self, first: i32, n: usize, mut out: Vec<f32>) -> Option<Vec<f32>> {
+        out.clear();
+        for i in first..first + n as i32 {
+            // SAFETY: the rows of this entry's last `n` tokens were requested and decoded.
+            let p = unsafe { sys::llama_get_logits_ith(self.ctx.0, i) };
+            if p.is_null() {
+                return None;
+            }
+            // SAFETY: a logits row holds n_vocab floats.
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, self.n_vocab) });
+        }
+        Some(out)
     }
 
     /// The KV cache is full (llama.cpp restored it as before the call): evict the least recently

@@ -233,6 +233,13 @@ impl SlotTable {
         }
     }
 
+    /// The busy sequence `seq` keeps its first `len` tokens: drafted tokens its request took
+    /// back (speculative decoding). Not recorded as leaving: they were never the conversation's.
+    pub fn rollback(&mut self, seq: usize, len: usize) -> KvOp {
+        self.slots[seq].tokens.truncate(len);
+        KvOp::Truncate { seq, len, source: None }
+    }
+
     /// Empties sequence `seq` (recorded as leaving when it held enough).
     pub fn clear(&mut self, seq: usize) -> KvOp {
         self.note_cut(seq, 0);
@@ -489,5 +496,15 @@ mod tests {
         assert_eq!(t.make_room(&[(3, 0)], 1), Some(Room::Overflow { job: 3 }));
         assert_eq!(t.held(0), &[1, 1], "nothing cleared");
         assert_eq!(t.make_room(&[], 2), None);
+    }
+
+    #[test]
+    fn drafted_tokens_taken_back_leave_the_sequence_unrecorded() {
+        let long: Vec<Token> = (0..100).collect();
+        let mut t = table(&[&long], &[true]);
+        t.keep_from = 64;
+        assert_eq!(t.rollback(0, 30), KvOp::Truncate { seq: 0, len: 30, source: None });
+        assert_eq!(t.held(0), &long[..30]);
+        assert!(t.take_leaving().is_empty(), "a draft is not a conversation to keep");
     }
 }

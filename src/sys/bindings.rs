@@ -211,6 +211,52 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub fn llb_shim_triggers_free(t: *mut llb_shim_triggers);
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct llb_shim_spec {
+    _unused: [u8; 0],
+}
+unsafe extern "C" {
+    pub fn llb_shim_spec_new(
+        type_: *const ::std::os::raw::c_char,
+        n_seq: u32,
+        out: *mut *mut llb_shim_spec,
+        err: *mut *mut ::std::os::raw::c_char,
+    ) -> llb_shim_status;
+}
+unsafe extern "C" {
+    pub fn llb_shim_spec_begin(
+        s: *mut llb_shim_spec,
+        lane: u32,
+        prompt: *const i32,
+        n_prompt: usize,
+        err: *mut *mut ::std::os::raw::c_char,
+    ) -> llb_shim_status;
+}
+unsafe extern "C" {
+    pub fn llb_shim_spec_draft(
+        s: *mut llb_shim_spec,
+        lane: u32,
+        history: *const i32,
+        n_history: usize,
+        last: i32,
+        n_max: i32,
+        out: *mut i32,
+        n_out: *mut usize,
+        err: *mut *mut ::std::os::raw::c_char,
+    ) -> llb_shim_status;
+}
+unsafe extern "C" {
+    pub fn llb_shim_spec_accept(
+        s: *mut llb_shim_spec,
+        lane: u32,
+        n_accepted: u16,
+        err: *mut *mut ::std::os::raw::c_char,
+    ) -> llb_shim_status;
+}
+unsafe extern "C" {
+    pub fn llb_shim_spec_free(s: *mut llb_shim_spec);
+}
 pub type FILE = _IO_FILE;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

@@ -159,12 +159,15 @@ class ChatPoolTest {
     @Test
     void closeCancelsRunningCallsAndWaitsForThem() throws Exception {
         ChatPool pool = ChatPool.open(config(), 2);
-        CountDownLatch started = new CountDownLatch(2);
+        List<CountDownLatch> started = List.of(new CountDownLatch(1), new CountDownLatch(1));
         List<Future<String>> running = new ArrayList<>();
-        for (int i = 0; i < 2; i++) {
-            running.add(threads.submit(() -> pool.stream(Requests.text(2000), c -> started.countDown())));
+        for (CountDownLatch first : started) {
+            // One latch per call: two chunks of one stream must not stand for both having started.
+            running.add(threads.submit(() -> pool.stream(Requests.text(2000), c -> first.countDown())));
         }
-        assertTrue(started.await(TIMEOUT_S, TimeUnit.SECONDS));
+        for (CountDownLatch first : started) {
+            assertTrue(first.await(TIMEOUT_S, TimeUnit.SECONDS));
+        }
         pool.close();
         for (Future<String> f : running) {
             assertEquals("cancelled", json(f.get(TIMEOUT_S, TimeUnit.SECONDS))

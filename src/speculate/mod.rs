@@ -1,0 +1,186 @@
+//! Speculative decoding: draft → verify → accept, in that order and one way.
+//!
+//! - **Draft**: after a step, llama.cpp's self-drafting n-gram drafters (common_speculative,
+//!   through [`crate::shim::SpecDrafter`]) propose the tokens that followed the same tokens
+//!   earlier in the conversation; the request's grammar cuts the draft at the first token its
+//!   mask refuses ([`Speculation::draft`]).
+//! - **Verify**: the step and its draft go to the scheduler as one entry, which returns a logits
+//!   row after the step and after each drafted token ([`crate::scheduler::Ticket::submit_draft`]).
+//!   The request then samples from those rows exactly as it would without a draft: same sampler,
+//!   grammar, call syntax and jump-forward, one row per token ([`Rows`]).
+//! - **Accept**: while each chosen step is what the draft held ([`Speculation::follow`]), its
+//!   tokens are already in the sequence and the next row is there: no decode. At the first step
+//!   that differs, the rest of the draft is taken back and the step is submitted with a new draft.
+//!
+//! Every token is still chosen from the model's own logits for the same prefix, with the same
+//! random draws in the same order: the reply is token for token the reply without speculation,
+//! at any temperature and seed (llama.cpp's acceptance rule, common_sampler_sample_and_accept_n).
+
+use crate::error::Result;
+use crate::shim::SpecDrafter;
+use crate::tokens::Token;
+use std::sync::{Mutex, MutexGuard};
+
+/// An engine's or pool's drafter: llama.cpp's drafter for `lanes` requests at once (a request
+/// takes a free lane for its generation, or goes without speculation when none is free).
+pub struct Drafters {
+    drafter: Mutex<SpecDrafter>,
+    free: Mutex<Vec<usize>>,
+    /// The most tokens a draft holds, and the fewest worth verifying.
+    draft_max: usize,
+    draft_min: usize,
+}
+
+impl Drafters {
+    /// llama.cpp's drafter `kind` (an n-gram type) for `lanes` requests at once.
+    pub fn new(kind: &str, lanes: usize, draft_max: usize, draft_min: usize) -> Result<Drafters> {
+        let lanes = lanes.max(1);
+        Ok(Drafters {
+            drafter: Mutex::new(SpecDrafter::new(kind, lanes)?),
+            free: Mutex::new((0..lanes).rev().collect()),
+            draft_max,
+            draft_min,
+        })
+    }
+
+    fn drafter(&self) -> MutexGuard<'_, SpecDrafter> {
+        self.drafter.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn free(&self) -> MutexGuard<'_, Vec<usize>> {
+        self.free.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How many tokens were drafted and, of those, accepted (`timings.draft_n`,
+/// `timings.draft_accepted_n`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DraftStats {
+    pub drafted: usize,
+    pub accepted: usize,
+}
+
+/// What a step did to the draft being verified.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Followed {
+    /// The draft held the whole step (its first `n` tokens): the step is in the sequence and the
+    /// row after it is at hand.
+    Whole(usize),
+    /// The draft held the step's first `matched` tokens only: the draft's other `retract` tokens
+    /// leave the sequence, and the step's other tokens must be decoded.
+    Diverged { matched: usize, retract: usize },
+}
+
+/// One request's speculation: its lane, the conversation's tokens so far, and the draft being
+/// verified.
+pub struct Speculation<'a> {
+    drafters: &'a Drafters,
+    lane: usize,
+    /// The prompt and every token of the reply so far (drafted tokens only once accepted).
+    history: Vec<Token>,
+    /// Drafted tokens not yet reached by the reply (in the sequence, after the last step).
+    pending: std::collections::VecDeque<Token>,
+    /// The tokens of the current draft, for llama.cpp's acceptance statistics.
+    round: usize,
+    pub stats: DraftStats,
+}
+
+impl<'a> Speculation<'a> {
+    /// Speculation for a request whose prompt is `prompt`, on a free lane (None: every lane is
+    /// taken, the request decodes without it).
+    pub fn start(drafters: &'a Drafters, prompt: &[Token]) -> Result<Option<Speculation<'a>>> {
+        let Some(lane) = drafters.free().pop() else { return Ok(None) };
+        let spec = Speculation {
+            drafters,
+            lane,
+            history: prompt.to_vec(),
+            pending: Default::default(),
+            round: 0,
+            stats: DraftStats::default(),
+        };
+        drafters.drafter().begin(lane, prompt)?;
+        Ok(Some(spec))
+    }
+
+    /// The reply's next step is `step`: how much of it the pending draft held.
+    pub fn follow(&mut self, step: &[Token]) -> Followed {
+        self.history.extend_from_slice(step);
+        let matched = step.iter().zip(&self.pending).take_while(|(a, b)| a == b).count();
+        self.pending.drain(..matched);
+        self.stats.accepted += matched;
+        if matched == step.len() && matched > 0 {
+            return Followed::Whole(matched);
+        }
+        let retract = self.pending.len();
+        self.pending.clear();
+        Followed::Diverged { matched, retract }
+    }
+
+    /// A draft to follow the reply so far, at most `room` tokens, cut where `valid` (the
+    /// request's grammar: how many leading tokens it admits) stops admitting it. Empty when
+    /// nothing repeats or the draft is shorter than `draft_min`.
+    pub fn draft(&mut self, room: usize, valid: impl FnOnce(&[Token]) -> Result<usize>) -> Result<Vec<Token>> {
+        if self.round > 0 {
+            let accepted = self.round - self.pending.len();
+            self.drafters.drafter().accept(self.lane, accepted)?;
+            self.round = 0;
+        }
+        let d = self.drafters;
+        let n_max = d.draft_max.min(room);
+        let Some((&last, before)) = self.history.split_last() else { return Ok(Vec::new()) };
+        if n_max == 0 || n_max < d.draft_min {
+            return Ok(Vec::new());
+        }
+        let mut draft = d.drafter().draft(self.lane, before, last, n_max)?;
+        draft.truncate(valid(&draft)?);
+        if draft.len() < d.draft_min.max(1) {
+            return Ok(Vec::new());
+        }
+        self.round = draft.len();
+        self.stats.drafted += draft.len();
+        self.pending.extend(&draft);
+        Ok(draft)
+    }
+}
+
+impl Drop for Speculation<'_> {
+    fn drop(&mut self) {
+        self.drafters.free().push(self.lane);
+    }
+}
+
+/// The logits rows of one decode: one after the step, one after each drafted token. The reply
+/// reads them in order, one per step it takes from the draft.
+pub struct Rows {
+    data: Vec<f32>,
+    n_vocab: usize,
+    at: usize,
+}
+
+impl Rows {
+    pub fn new(data: Vec<f32>, n_vocab: usize) -> Rows {
+        Rows { data, n_vocab, at: 0 }
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// The row the next token is chosen from.
+    pub fn current(&self) -> &[f32] {
+        &self.data[self.at * self.n_vocab..(self.at + 1) * self.n_vocab]
+    }
+
+    /// The draft held the last `n` tokens: the row after them.
+    pub fn advance(&mut self, n: usize) {
+        self.at += n;
+    }
+
+    /// The buffer, given back to the scheduler for the next decode's rows.
+    pub fn take(&mut self) -> Vec<f32> {
+        std::mem::take(&mut self.data)
+    }
+}
+
+#[cfg(test)]
+mod tests;

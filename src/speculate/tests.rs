@@ -1,0 +1,76 @@
+use super::*;
+
+/// A conversation that says the same 40 tokens twice, and then starts a third time.
+fn repeating() -> Vec<Token> {
+    let phrase: Vec<Token> = (100..140).collect();
+    let mut h: Vec<Token> = (1..30).collect();
+    h.extend(&phrase);
+    h.extend(500..530);
+    h.extend(&phrase);
+    h.extend(600..610);
+    h.extend(&phrase[..14]);
+    h
+}
+
+#[test]
+fn a_repeated_passage_is_drafted_from_where_it_was_seen() {
+    let d = Drafters::new("ngram-simple", 1, 16, 0).unwrap();
+    let h = repeating();
+    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
+    s.history = h;
+    let draft = s.draft(64, |t| Ok(t.len())).unwrap();
+    assert_eq!(draft, (114..130).collect::<Vec<_>>(), "the phrase goes on, draft_max tokens of it");
+    assert_eq!((s.stats.drafted, s.stats.accepted), (16, 0));
+}
+
+#[test]
+fn the_grammar_and_the_room_cut_a_draft_and_short_drafts_are_dropped() {
+    let d = Drafters::new("ngram-simple", 1, 16, 5).unwrap();
+    let h = repeating();
+    let mut s = Speculation::start(&d, &h).unwrap().unwrap();
+    s.history = h.clone();
+    assert_eq!(s.draft(64, |_| Ok(6)).unwrap().len(), 6, "cut where the grammar stops admitting it");
+    s.pending.clear();
+    s.round = 0;
+    assert_eq!(s.draft(3, |t| Ok(t.len())).unwrap(), Vec::<Token>::new(), "room for 3 is under draft_min 5");
+    assert_eq!(s.draft(64, |_| Ok(4)).unwrap(), Vec::<Token>::new(), "4 admitted is under draft_min 5");
+    s.history.truncate(20);
+    assert!(s.draft(64, |t| Ok(t.len())).unwrap().is_empty(), "nothing repeats");
+}
+
+#[test]
+fn steps_follow_the_draft_until_one_differs() {
+    let d = Drafters::new("ngram-simple", 1, 16, 0).unwrap();
+    let mut s = Speculation::start(&d, &[1, 2, 3]).unwrap().unwrap();
+    s.pending.extend([10, 11, 12, 13]);
+    s.round = 4;
+    assert_eq!(s.follow(&[10]), Followed::Whole(1));
+    assert_eq!(s.follow(&[11, 12]), Followed::Whole(2), "a step of two drafted tokens");
+    assert_eq!(s.follow(&[13, 99]), Followed::Diverged { matched: 1, retract: 0 }, "past the draft's end");
+    assert_eq!(s.stats.accepted, 4);
+    s.pending.extend([20, 21, 22]);
+    assert_eq!(s.follow(&[7]), Followed::Diverged { matched: 0, retract: 3 }, "the whole draft taken back");
+    assert_eq!(s.follow(&[8]), Followed::Diverged { matched: 0, retract: 0 }, "no draft");
+    assert_eq!(&s.history[3..], &[10, 11, 12, 13, 99, 7, 8]);
+}
+
+#[test]
+fn lanes_are_taken_and_given_back() {
+    let d = Drafters::new("ngram-map-k", 2, 16, 0).unwrap();
+    let a = Speculation::start(&d, &[1]).unwrap().unwrap();
+    let b = Speculation::start(&d, &[1]).unwrap().unwrap();
+    assert_ne!(a.lane, b.lane);
+    assert!(Speculation::start(&d, &[1]).unwrap().is_none(), "every lane is taken: no speculation");
+    drop(a);
+    assert!(Speculation::start(&d, &[1]).unwrap().is_some());
+}
+
+#[test]
+fn every_self_drafting_type_is_llamas_and_others_are_refused() {
+    for kind in crate::request::SPECULATIVE_TYPES {
+        Drafters::new(kind, 2, 16, 0).unwrap_or_else(|e| panic!("{kind}: {}", e.message));
+    }
+    for kind in ["draft-simple", "none", "ngram"] {
+        assert!(Drafters::new(kind, 1, 16, 0).is_err(), "{kind}");
+    }
+}
