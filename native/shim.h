@@ -197,7 +197,8 @@ void llb_shim_triggers_free(llb_shim_triggers *t);
  * for the n-gram types (`ngram-simple`, `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`,
  * `ngram-cache`: llama.cpp's names). One llb_shim_spec drafts for `n_seq` lanes (a lane is one
  * request at a time); its calls must not overlap (the caller locks). A type that needs a draft
- * model, or an unknown one, is LLB_SHIM_INVALID.
+ * model, or an unknown one, is LLB_SHIM_INVALID. `ngram_size` is the length of the n-gram looked up
+ * (llama-server's --spec-ngram-*-size-n, --spec-ngram-mod-n-match); 0 keeps llama.cpp's default.
  *
  * _begin starts a lane's generation on its prompt. _draft proposes at most `n_max` tokens to
  * follow `last` after `history` (the tokens before it): *n_out of them are written to `out`
@@ -206,7 +207,8 @@ void llb_shim_triggers_free(llb_shim_triggers *t);
  * Free with llb_shim_spec_free (NULL is ignored).
  */
 typedef struct llb_shim_spec llb_shim_spec;
-llb_shim_status llb_shim_spec_new(const char *type, uint32_t n_seq, llb_shim_spec **out, char **err);
+llb_shim_status llb_shim_spec_new(const char *type, uint32_t n_seq, uint16_t ngram_size, llb_shim_spec **out,
+                                  char **err);
 llb_shim_status llb_shim_spec_begin(llb_shim_spec *s, uint32_t lane, const int32_t *prompt, size_t n_prompt,
                                     char **err);
 llb_shim_status llb_shim_spec_draft(llb_shim_spec *s, uint32_t lane, const int32_t *history, size_t n_history,

@@ -52,7 +52,8 @@ llb_shim_spec & checked(llb_shim_spec * s, uint32_t lane) {
 
 extern "C" {
 
-llb_shim_status llb_shim_spec_new(const char * type, uint32_t n_seq, llb_shim_spec ** out, char ** err) {
+llb_shim_status llb_shim_spec_new(const char * type, uint32_t n_seq, uint16_t ngram_size, llb_shim_spec ** out,
+                                  char ** err) {
     return guard(err, [&] {
         if (!type || !out || n_seq == 0) {
             throw shim_error(LLB_SHIM_INVALID, "NULL argument or no lane");
@@ -64,6 +65,12 @@ llb_shim_status llb_shim_spec_new(const char * type, uint32_t n_seq, llb_shim_sp
         }
         common_params_speculative params;
         params.types = { t };
+        if (ngram_size > 0) {
+            params.ngram_simple.size_n  = ngram_size;
+            params.ngram_map_k.size_n   = ngram_size;
+            params.ngram_map_k4v.size_n = ngram_size;
+            params.ngram_mod.n_match    = ngram_size;
+        }
         auto * s = new llb_shim_spec();
         s->spec.reset(common_speculative_init(params, n_seq));
         if (!s->spec) {

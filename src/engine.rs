@@ -166,7 +166,7 @@ fn drafters(settings: &EngineSettings, model: &Model) -> Result<Option<Drafters>
     // SAFETY: the model is alive for the calls.
     let cut = unsafe { !sys::llama_model_is_recurrent(model.raw()) && !sys::llama_model_is_hybrid(model.raw()) };
     let s = &settings.speculative;
-    cut.then(|| Drafters::new(s.kind, settings.n_parallel as usize, s.draft_max, s.draft_min)).transpose()
+    cut.then(|| Drafters::new(s.kind, s.ngram_size, settings.n_parallel as usize, s.draft_max, s.draft_min)).transpose()
 }
 
 /// An engine: one conversation's context over a shared model.

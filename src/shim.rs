@@ -559,13 +559,14 @@ pub struct SpecDrafter {
 unsafe impl Send for SpecDrafter {}
 
 impl SpecDrafter {
-    /// A drafter of llama.cpp's type `kind` (one of the n-gram types) for `lanes` lanes.
-    pub fn new(kind: &str, lanes: usize) -> Result<SpecDrafter> {
+    /// A drafter of llama.cpp's type `kind` (one of the n-gram types) for `lanes` lanes, looking
+    /// up n-grams of `ngram_size` tokens (0: llama.cpp's default).
+    pub fn new(kind: &str, lanes: usize, ngram_size: u16) -> Result<SpecDrafter> {
         let name = CString::new(kind).map_err(|_| Error::new(ErrorCode::InvalidArgument, "a speculative type holds NUL"))?;
         let mut out = ptr::null_mut();
         let mut err = ptr::null_mut();
         // SAFETY: `name` outlives the call; `out` is a valid out-pointer.
-        let st = unsafe { sys::llb_shim_spec_new(name.as_ptr(), lanes as u32, &mut out, &mut err) };
+        let st = unsafe { sys::llb_shim_spec_new(name.as_ptr(), lanes as u32, ngram_size, &mut out, &mut err) };
         check(st, err, "the speculative drafter")?;
         Ok(SpecDrafter { raw: out, lanes })
     }

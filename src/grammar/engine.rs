@@ -442,6 +442,23 @@ mod tests {
         }
     }
 
+    /// A draft is checked without moving the grammar: the tokens it admits in a row, cut at the
+    /// first it refuses (speculative decoding verifies no further).
+    #[test]
+    fn a_draft_is_cut_at_the_first_token_the_grammar_refuses_and_the_state_stays() {
+        let e = engine(&["ab"]);
+        let mut c = constraint(&e, "root ::= \"ab\" [0-9]+ \"!\"\n");
+        let tok = |s: &str| e.trie().greedy_tokenize(s.as_bytes()).iter().map(|&t| t as sys::llama_token).collect::<Vec<_>>();
+        let mut draft = tok("ab12");
+        draft.extend(tok("x!"));
+        assert_eq!(c.valid_prefix(&draft).unwrap(), 3, "ab, 1, 2 admitted; x refused");
+        assert_eq!(c.valid_prefix(&tok("ab9!")).unwrap(), 3);
+        let eos = e.trie().vocab_size() as sys::llama_token - 1;
+        assert_eq!(c.valid_prefix(&[tok("ab")[0], eos]).unwrap(), 1, "nothing past an end-of-generation token");
+        feed(&mut c, &e, "ab7!");
+        assert!(c.is_accepting(), "the checks did not move the grammar");
+    }
+
     #[test]
     fn masks_allow_exactly_the_grammar() {
         let e = engine(&["ab", "ac", "abc", "b"]);

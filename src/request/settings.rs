@@ -29,10 +29,13 @@ pub const SPECULATIVE_TYPES: [&str; 5] = ["ngram-simple", "ngram-map-k", "ngram-
 pub const DRAFT_MODEL_TYPES: [&str; 3] = ["draft-simple", "draft-eagle3", "draft-mtp"];
 /// The drafter when the config names none (docs/design.md, "Speculative decoding": it costs
 /// nothing measurable where nothing repeats, and drafts the longest copies).
-pub const DEFAULT_SPECULATIVE_TYPE: &str = "ngram-map-k";
+pub const DEFAULT_SPECULATIVE_TYPE: &str = "ngram-mod";
 /// The most tokens one draft holds when the config gives no `draft_max`: a rejected draft costs
 /// its rows in the verifying batch (a copy of n_vocab floats each, and compute on a CPU).
 pub const DEFAULT_DRAFT_MAX: usize = 16;
+/// The n-gram the drafters look up, in tokens, when the config gives no `ngram_size` (llama.cpp's
+/// default is 12 for the map types and 24 for ngram-mod).
+pub const DEFAULT_NGRAM_SIZE: u16 = 4;
 /// `draft_max` may be at most this (and the batch, `n_batch`, bounds it too).
 pub const MAX_DRAFT: i64 = 256;
 /// llama.cpp's limit on sequences (`LLAMA_MAX_SEQ`).
@@ -126,6 +129,8 @@ pub struct Speculation {
     pub draft_max: usize,
     /// Shorter drafts are dropped: `speculative.draft_min`, default 0.
     pub draft_min: usize,
+    /// The n-gram looked up: `speculative.ngram_size`, default [`DEFAULT_NGRAM_SIZE`].
+    pub ngram_size: u16,
 }
 
 impl Speculation {
@@ -137,6 +142,7 @@ impl Speculation {
             by_default: c.kind.as_deref() != Some("none"),
             draft_max: c.draft_max.map_or(DEFAULT_DRAFT_MAX, |n| n as usize),
             draft_min: c.draft_min.map_or(0, |n| n as usize),
+            ngram_size: c.ngram_size.map_or(DEFAULT_NGRAM_SIZE, |n| n as u16),
         }
     }
 }
@@ -160,6 +166,9 @@ fn validate_speculative(c: &super::wire::SpeculativeConfig) -> Result<()> {
     }
     if let Some(n) = c.draft_max.filter(|n| !(1..=MAX_DRAFT).contains(n)) {
         bail!(InvalidArgument, "field `speculative.draft_max`: {n} is not 1 to {MAX_DRAFT}");
+    }
+    if let Some(n) = c.ngram_size.filter(|n| !(1..=1024).contains(n)) {
+        bail!(InvalidArgument, "field `speculative.ngram_size`: {n} is not 1 to 1024");
     }
     let max = c.draft_max.unwrap_or(DEFAULT_DRAFT_MAX as i64);
     if let Some(n) = c.draft_min.filter(|n| !(0..=max).contains(n)) {

@@ -107,6 +107,9 @@ pub struct SpeculativeConfig {
     /// Drafts shorter than this are not verified.
     #[serde(default)]
     pub draft_min: Option<i64>,
+    /// The n-gram the n-gram types look up, in tokens (llama-server's `--spec-ngram-*-size-n`).
+    #[serde(default)]
+    pub ngram_size: Option<i64>,
     /// A draft model's GGUF (`draft-simple`).
     #[serde(default)]
     pub draft_model_path: Option<String>,

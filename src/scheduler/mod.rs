@@ -116,6 +116,9 @@ struct Job {
     /// Logits rows wanted at the end of `tokens` once they are decoded: 1, or a draft's length
     /// and 1 (speculative decoding verifies every drafted token).
     rows: usize,
+    /// Its sequence keeps at most this many tokens: drafted tokens taken back leave it before
+    /// the next decode (usize::MAX: nothing taken back).
+    keep: usize,
 }
 
 impl Job {
@@ -336,7 +339,7 @@ impl Reservation {
         let id = st.next_id;
         let mailbox = Arc::new(Mailbox::default());
         let prompt_len = tokens.len();
-        let job = Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new(), rows: 1 };
+        let job = Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new(), rows: 1, keep: usize::MAX };
         st.jobs.push(job);
         // The job now holds the place: the reservation's Drop must not give it back.
         st.reserved -= 1;
@@ -392,6 +395,7 @@ impl Ticket {
         if let Some(j) = st.jobs.iter_mut().find(|j| j.id == self.id) {
             let keep = j.tokens.len().saturating_sub(retract).max(j.prompt_len);
             j.tokens.truncate(keep);
+            j.keep = j.keep.min(keep);
             j.tokens.extend_from_slice(tokens);
             j.tokens.extend_from_slice(draft);
             j.rows = draft.len() + 1;
@@ -807,12 +811,13 @@ impl Worker {
 
     /// Drafted tokens a request took back ([`Ticket::submit_draft`]) leave its sequence.
     fn retract_drafts(&mut self, st: &mut State) {
-        for j in &st.jobs {
+        for j in st.jobs.iter_mut().filter(|j| j.keep != usize::MAX) {
             let Some(seq) = j.state.running_seq() else { continue };
-            if st.slots.held(seq).len() > j.tokens.len() {
-                let op = st.slots.rollback(seq, j.tokens.len());
+            if st.slots.held(seq).len() > j.keep {
+                let op = st.slots.rollback(seq, j.keep);
                 self.apply(&mut st.slots, vec![op]);
             }
+            j.keep = usize::MAX;
         }
     }
 

@@ -32,11 +32,12 @@ pub struct Drafters {
 }
 
 impl Drafters {
-    /// llama.cpp's drafter `kind` (an n-gram type) for `lanes` requests at once.
-    pub fn new(kind: &str, lanes: usize, draft_max: usize, draft_min: usize) -> Result<Drafters> {
+    /// llama.cpp's drafter `kind` (an n-gram type, n-grams of `ngram_size` tokens) for `lanes`
+    /// requests at once.
+    pub fn new(kind: &str, ngram_size: u16, lanes: usize, draft_max: usize, draft_min: usize) -> Result<Drafters> {
         let lanes = lanes.max(1);
         Ok(Drafters {
-            drafter: Mutex::new(SpecDrafter::new(kind, lanes)?),
+            drafter: Mutex::new(SpecDrafter::new(kind, lanes, ngram_size)?),
             free: Mutex::new((0..lanes).rev().collect()),
             draft_max,
             draft_min,
@@ -80,8 +81,9 @@ pub struct Speculation<'a> {
     history: Vec<Token>,
     /// Drafted tokens not yet reached by the reply (in the sequence, after the last step).
     pending: std::collections::VecDeque<Token>,
-    /// The tokens of the current draft, for llama.cpp's acceptance statistics.
+    /// The tokens of the current draft, and how many of them the reply took so far.
     round: usize,
+    round_accepted: usize,
     pub stats: DraftStats,
 }
 
@@ -96,6 +98,7 @@ impl<'a> Speculation<'a> {
             history: prompt.to_vec(),
             pending: Default::default(),
             round: 0,
+            round_accepted: 0,
             stats: DraftStats::default(),
         };
         drafters.drafter().begin(lane, prompt)?;
@@ -108,6 +111,7 @@ impl<'a> Speculation<'a> {
         let matched = step.iter().zip(&self.pending).take_while(|(a, b)| a == b).count();
         self.pending.drain(..matched);
         self.stats.accepted += matched;
+        self.round_accepted += matched;
         if matched == step.len() && matched > 0 {
             return Followed::Whole(matched);
         }
@@ -120,12 +124,12 @@ impl<'a> Speculation<'a> {
     /// request's grammar: how many leading tokens it admits) stops admitting it. Empty when
     /// nothing repeats or the draft is shorter than `draft_min`.
     pub fn draft(&mut self, room: usize, valid: impl FnOnce(&[Token]) -> Result<usize>) -> Result<Vec<Token>> {
-        if self.round > 0 {
-            let accepted = self.round - self.pending.len();
-            self.drafters.drafter().accept(self.lane, accepted)?;
-            self.round = 0;
-        }
         let d = self.drafters;
+        if self.round > 0 {
+            let accepted = self.round_accepted;
+            d.drafter().accept(self.lane, accepted)?;
+            (self.round, self.round_accepted) = (0, 0);
+        }
         let n_max = d.draft_max.min(room);
         let Some((&last, before)) = self.history.split_last() else { return Ok(Vec::new()) };
         if n_max == 0 || n_max < d.draft_min {

@@ -14,7 +14,7 @@ fn repeating() -> Vec<Token> {
 
 #[test]
 fn a_repeated_passage_is_drafted_from_where_it_was_seen() {
-    let d = Drafters::new("ngram-simple", 1, 16, 0).unwrap();
+    let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap();
     let h = repeating();
     let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
     s.history = h;
@@ -25,7 +25,7 @@ fn a_repeated_passage_is_drafted_from_where_it_was_seen() {
 
 #[test]
 fn the_grammar_and_the_room_cut_a_draft_and_short_drafts_are_dropped() {
-    let d = Drafters::new("ngram-simple", 1, 16, 5).unwrap();
+    let d = Drafters::new("ngram-simple", 12, 1, 16, 5).unwrap();
     let h = repeating();
     let mut s = Speculation::start(&d, &h).unwrap().unwrap();
     s.history = h.clone();
@@ -40,7 +40,7 @@ fn the_grammar_and_the_room_cut_a_draft_and_short_drafts_are_dropped() {
 
 #[test]
 fn steps_follow_the_draft_until_one_differs() {
-    let d = Drafters::new("ngram-simple", 1, 16, 0).unwrap();
+    let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap();
     let mut s = Speculation::start(&d, &[1, 2, 3]).unwrap().unwrap();
     s.pending.extend([10, 11, 12, 13]);
     s.round = 4;
@@ -56,7 +56,7 @@ fn steps_follow_the_draft_until_one_differs() {
 
 #[test]
 fn lanes_are_taken_and_given_back() {
-    let d = Drafters::new("ngram-map-k", 2, 16, 0).unwrap();
+    let d = Drafters::new("ngram-map-k", 12, 2, 16, 0).unwrap();
     let a = Speculation::start(&d, &[1]).unwrap().unwrap();
     let b = Speculation::start(&d, &[1]).unwrap().unwrap();
     assert_ne!(a.lane, b.lane);
@@ -68,9 +68,9 @@ fn lanes_are_taken_and_given_back() {
 #[test]
 fn every_self_drafting_type_is_llamas_and_others_are_refused() {
     for kind in crate::request::SPECULATIVE_TYPES {
-        Drafters::new(kind, 2, 16, 0).unwrap_or_else(|e| panic!("{kind}: {}", e.message));
+        Drafters::new(kind, 12, 2, 16, 0).unwrap_or_else(|e| panic!("{kind}: {}", e.message));
     }
     for kind in ["draft-simple", "none", "ngram"] {
-        assert!(Drafters::new(kind, 1, 16, 0).is_err(), "{kind}");
+        assert!(Drafters::new(kind, 12, 1, 16, 0).is_err(), "{kind}");
     }
 }

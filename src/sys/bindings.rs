@@ -220,6 +220,7 @@ unsafe extern "C" {
     pub fn llb_shim_spec_new(
         type_: *const ::std::os::raw::c_char,
         n_seq: u32,
+        ngram_size: u16,
         out: *mut *mut llb_shim_spec,
         err: *mut *mut ::std::os::raw::c_char,
     ) -> llb_shim_status;

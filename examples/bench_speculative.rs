@@ -1,0 +1,180 @@
+//! Speculative decoding (issue 32), measured in one run on real weights (SmolLM2-135M with the
+//! Qwen2.5 tool template: scripts/smollm2.sh), every figure side by side:
+//!  (a) a strict copy-heavy tool call (`edit_file` told to replace a word in a ~130-word
+//!      passage): decode tokens/s with the default speculation / `"speculative": false`
+//!      (goal ≥ 2.0), and whether the calls are identical;
+//!  (b) free text with nothing to copy at T=0.8 (seeded): the same ratio (goal ≥ 0.97);
+//!  (c) "repeat this passage", no tools, T=0: llb with its default against llama-server
+//!      (`LLB_LLAMA_SERVER`, the pinned tree) with each of `--spec-type ngram-simple`,
+//!      `ngram-map-k`, `ngram-mod` (goal ≥ 1.0× the best), and llama-server without;
+//!  (d) a pool of 8 parallel conversations, half copying and half free text: aggregate tokens/s
+//!      with speculation / without (goal ≥ 1.5).
+//!
+//!   scripts/bench-speculative.sh      LLB_BENCH_THREADS=N (default 2), LLB_BENCH_REPS=N (3)
+
+#[path = "peer/llama_server.rs"]
+mod llama_server;
+
+use llama_server::LlamaServer;
+use llb::engine::{Engine, Pool};
+use llb::request::EngineConfig;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Instant;
+
+const PASSAGE: &str = "The old lighthouse stood on the northern cliff for more than two hundred years. \
+Every evening the keeper climbed the narrow stairs, trimmed the wick and polished the great lens until it shone. \
+Ships that passed the rocks at night watched for the lighthouse and turned away from danger when they saw its beam. \
+In winter the storms threw salt water against the windows of the lighthouse, and the keeper wrote each storm in his log. \
+When the keeper grew old, his daughter learned to tend the light, and she kept the lighthouse burning through the longest nights. \
+Today the lighthouse is a museum, but on clear evenings the lamp is still lit, and people walk up the cliff to watch it turn.";
+
+fn threads() -> i32 {
+    std::env::var("LLB_BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2)
+}
+
+fn reps() -> usize {
+    std::env::var("LLB_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3)
+}
+
+fn model() -> PathBuf {
+    PathBuf::from(std::env::var("LLB_BENCH_MODEL").expect("LLB_BENCH_MODEL: SmolLM2 with a tool template"))
+}
+
+fn config(extra: Value) -> EngineConfig {
+    let mut c = json!({"model_path": model(), "n_ctx": 4096, "n_threads": threads(), "adaptive_threads": false});
+    c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    serde_json::from_value(c).unwrap()
+}
+
+fn edit_request() -> Value {
+    json!({
+        "messages": [{"role": "user", "content": format!("{PASSAGE}\n\nReplace 'lighthouse' with 'beacon' in the whole text above.")}],
+        "tools": [{"type": "function", "function": {"name": "edit_file", "description": "Replace text in a file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "old_text": {"type": "string"},
+                "new_text": {"type": "string"}}, "required": ["path", "old_text", "new_text"], "additionalProperties": false}}}],
+        "tool_choice": "required", "temperature": 0, "max_tokens": 400
+    })
+}
+
+fn repeat_request() -> Value {
+    json!({"messages": [{"role": "user", "content": format!("Repeat the following text exactly.\n\n{PASSAGE}")}],
+        "temperature": 0, "max_tokens": 300})
+}
+
+fn story_request(seed: u64) -> Value {
+    json!({"messages": [{"role": "user", "content": "Write a short story about a fox who learns to play the violin."}],
+        "temperature": 0.8, "seed": seed, "max_tokens": 200})
+}
+
+fn with_spec(req: &Value, on: bool) -> String {
+    let mut r = req.clone();
+    r["speculative"] = json!(on);
+    r.to_string()
+}
+
+/// Decode tokens/s of one reply (llama-server's `predicted_per_second`, from llb's timings).
+fn tps(r: &Value) -> f64 {
+    r["timings"]["predicted_per_second"].as_f64().unwrap_or_else(|| panic!("no timings: {r}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The median tokens/s of `req` with and without speculation, run alternately, and whether
+/// every reply was the same message; the last reply with speculation.
+fn on_off(e: &Engine, req: &Value) -> (f64, f64, bool, Value) {
+    let (mut on, mut off, mut same, mut last) = (Vec::new(), Vec::new(), true, Value::Null);
+    for _ in 0..reps() {
+        let a = e.infer(&with_spec(req, true)).unwrap();
+        let b = e.infer(&with_spec(req, false)).unwrap();
+        same &= a["choices"][0]["message"] == b["choices"][0]["message"];
+        on.push(tps(&a));
+        off.push(tps(&b));
+        last = a;
+    }
+    (median(on), median(off), same, last)
+}
+
+fn drafts(r: &Value) -> String {
+    let t = &r["timings"];
+    format!("{} tokens, {} drafted, {} accepted", t["predicted_n"], t["draft_n"], t["draft_accepted_n"])
+}
+
+/// (a) and (b) on one engine with the default speculation.
+fn single(e: &Engine) {
+    let (on, off, same, last) = on_off(e, &edit_request());
+    println!("(a) strict copy-heavy call: {on:.1} / {off:.1} tokens/s = {:.2}x (goal >= 2.0), identical calls: {same}; {}", on / off, drafts(&last));
+    let (on, off, same, last) = on_off(e, &story_request(7));
+    println!("(b) free text T=0.8: {on:.1} / {off:.1} tokens/s = {:.3}x (goal >= 0.97), identical: {same}; {}", on / off, drafts(&last));
+}
+
+/// (c) "repeat this passage": llb against llama-server's n-gram types.
+fn repeat(e: &Engine, server: Option<&str>) {
+    let req = repeat_request();
+    let (llb, off, same, last) = on_off(e, &req);
+    println!("(c) repeat the passage: llb {llb:.1} tokens/s with speculation, {off:.1} without (identical: {same}); {}", drafts(&last));
+    let Some(bin) = server else {
+        println!("    llama-server: LLB_LLAMA_SERVER not set, skipped");
+        return;
+    };
+    let mut best = 0f64;
+    for spec in [None, Some("ngram-simple"), Some("ngram-map-k"), Some("ngram-mod")] {
+        let mut args: Vec<String> = ["-m", &model().to_string_lossy(), "-c", "4096", "-t", &threads().to_string(), "-np", "1", "--jinja"]
+            .map(String::from)
+            .to_vec();
+        if let Some(t) = spec {
+            args.extend(["--spec-type".to_string(), t.to_string()]);
+        }
+        let s = LlamaServer::start(bin, &args);
+        let runs: Vec<f64> = (0..reps()).map(|_| tps(&s.chat(&req))).collect();
+        let t = median(runs);
+        println!("    llama-server {}: {t:.1} tokens/s", spec.unwrap_or("(no speculation)"));
+        if spec.is_some() {
+            best = best.max(t);
+        }
+    }
+    println!("    llb / best llama-server n-gram type: {:.3}x (goal >= 1.0)", llb / best);
+}
+
+/// (d) 8 conversations at once on a pool of 8, half copying, half free text: tokens/s overall.
+fn pool() {
+    let run = |on: bool| {
+        let p = Pool::create(config(json!({"n_parallel": 8, "n_ctx": 16384}))).unwrap();
+        let reqs: Vec<String> = (0..8)
+            .map(|i| if i % 2 == 0 { with_spec(&repeat_request(), on) } else { with_spec(&story_request(i), on) })
+            .collect();
+        let t = Instant::now();
+        let tokens: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = reqs.iter().map(|r| s.spawn(|| p.infer(r, &|_| true).unwrap())).collect();
+            handles.into_iter().map(|h| h.join().unwrap()["usage"]["completion_tokens"].as_u64().unwrap()).sum()
+        });
+        tokens as f64 / t.elapsed().as_secs_f64()
+    };
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for _ in 0..reps() {
+        on.push(run(true));
+        off.push(run(false));
+    }
+    let (on, off) = (median(on), median(off));
+    println!("(d) pool of 8, half copying: {on:.1} / {off:.1} tokens/s overall = {:.2}x (goal >= 1.5)", on / off);
+}
+
+fn main() {
+    println!("speculative decoding, {} threads, {} reps (medians), {}", threads(), reps(), model().display());
+    let e = Engine::create(config(json!({})), None).unwrap();
+    let server = std::env::var("LLB_LLAMA_SERVER").ok();
+    let only = std::env::var("LLB_BENCH_ONLY").unwrap_or_default();
+    if only.is_empty() || only.contains('a') || only.contains('b') {
+        single(&e);
+    }
+    if only.is_empty() || only.contains('c') {
+        repeat(&e, server.as_deref());
+    }
+    drop(e);
+    if only.is_empty() || only.contains('d') {
+        pool();
+    }
+}

@@ -1,0 +1,199 @@
+//! Speculative decoding (src/speculate/): drafts from llama.cpp's n-gram drafters are verified in
+//! one decode, and the reply is token for token the reply without speculation (the same rows, the
+//! same sampler, grammar and random draws). Across template families, for strict and auto calls,
+//! response_format, streams (the same deltas) and a pool; seeded sampling reproduces; the switch
+//! and the config are checked by name.
+//!
+//! Identity holds where llama.cpp's kernels give a token decoded alone the same logits as the
+//! same token verified in a batch: on a CPU with flash attention (llb's default), for KV windows
+//! under 512 cells (docs/design.md, "Speculative decoding"). The conversations here stay under it.
+
+mod common;
+
+use common::cabi::{assert_stream_matches, CEngine, CPool, Events};
+use common::*;
+use serde_json::{json, Value};
+
+/// Drafting on whatever repeats (random weights loop): ngram-simple on 2-grams, drafts of up to 8.
+fn config(path: &std::path::Path) -> Value {
+    json!({"model_path": path, "n_ctx": 2048, "n_threads": 1,
+        "speculative": {"type": "ngram-simple", "ngram_size": 2, "draft_max": 8}})
+}
+
+fn tools() -> Value {
+    json!([{"type": "function", "function": {"name": "note", "description": "Write a note",
+        "parameters": {"type": "object", "properties": {"title": {"type": "string", "maxLength": 60},
+            "body": {"type": "string"}}, "required": ["title", "body"]}}}])
+}
+
+fn request(kind: &str, spec: bool) -> Value {
+    let mut r = json!({"messages": [{"role": "user", "content": "Copy this: the red fox ran; the red fox ran; the red fox ran."}],
+        "temperature": 0, "max_tokens": 90, "speculative": spec});
+    match kind {
+        "required" | "auto" => {
+            r["tools"] = tools();
+            r["tool_choice"] = json!(kind);
+        }
+        "response_format" => {
+            let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]});
+            r["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "t", "schema": schema}});
+        }
+        _ => {}
+    }
+    r
+}
+
+fn drafted(r: &Value) -> (u64, u64) {
+    let t = &r["timings"];
+    let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("no timings.{k}: {r}"));
+    (n("draft_n"), n("draft_accepted_n"))
+}
+
+/// The reply without what differs by run (ids, times): message, finish reason, usage counts.
+fn reply(r: &Value) -> Value {
+    let mut m = r["choices"][0]["message"].clone();
+    if let Some(calls) = m["tool_calls"].as_array_mut() {
+        calls.iter_mut().for_each(|c| c["id"] = Value::Null);
+    }
+    json!([m, r["choices"][0]["finish_reason"], r["usage"]["completion_tokens"]])
+}
+
+/// What each streamed chunk says (its deltas and finish reason), without ids and times.
+fn deltas(chunks: &[Value]) -> Vec<Value> {
+    let mut out: Vec<Value> = chunks.iter().map(|c| json!([c["choices"][0]["delta"], c["choices"][0]["finish_reason"]])).collect();
+    for d in &mut out {
+        if let Some(calls) = d[0]["tool_calls"].as_array_mut() {
+            calls.iter_mut().filter(|c| c.get("id").is_some()).for_each(|c| c["id"] = Value::Null);
+        }
+    }
+    out
+}
+
+#[test]
+fn replies_and_streams_are_the_same_with_and_without_speculation_across_families() {
+    let mut accepted = 0;
+    for (family, t) in FAMILIES {
+        let e = CEngine::open(&config(&corpus_fixture(t, false))).unwrap_or_else(|f| panic!("{f}"));
+        for kind in ["required", "auto", "response_format", "text"] {
+            let label = format!("{family} {kind}");
+            let on = e.infer(&request(kind, true));
+            let off = e.infer(&request(kind, false));
+            assert!(on.get("code").is_none(), "{label}: {on}");
+            assert_eq!(reply(&on), reply(&off), "{label}: with speculation\n{on}\nwithout\n{off}");
+            assert_eq!(drafted(&off), (0, 0), "{label}: {off}");
+            let (n, a) = drafted(&on);
+            assert!(a <= n, "{label}: {on}");
+            accepted += a;
+        }
+        // Streaming: the same chunks, delta for delta.
+        let mut streams = Vec::new();
+        for spec in [true, false] {
+            e.events.clear();
+            let mut req = request("required", spec);
+            req["stream"] = json!(true);
+            let r = e.infer(&req);
+            assert_stream_matches(&format!("{family} stream {spec}"), &e.events.chunks(), &r);
+            streams.push(deltas(&e.events.chunks()));
+        }
+        assert_eq!(streams[0], streams[1], "{family}: the deltas with speculation are the deltas without");
+    }
+    assert!(accepted > 0, "no draft was ever accepted: the comparison tested nothing");
+}
+
+#[test]
+fn seeded_sampling_reproduces_and_equals_the_reply_without_speculation() {
+    let e = CEngine::open(&config(&corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false))).unwrap_or_else(|f| panic!("{f}"));
+    for kind in ["required", "text"] {
+        let req = |spec: bool| {
+            let mut r = request(kind, spec);
+            r["temperature"] = json!(0.9);
+            r["seed"] = json!(42);
+            r
+        };
+        let (a, b, off) = (e.infer(&req(true)), e.infer(&req(true)), e.infer(&req(false)));
+        assert_eq!(reply(&a), reply(&b), "{kind}: a seeded run reproduces");
+        assert_eq!(reply(&a), reply(&off), "{kind}: the same draws as without speculation");
+    }
+}
+
+/// Concurrent pool requests with speculation: each reply equals its solo run without it.
+#[test]
+fn pool_requests_speculate_side_by_side_and_match_their_solo_runs() {
+    let path = corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false);
+    let mut c = config(&path);
+    c["n_parallel"] = json!(3);
+    let pool = CPool::open(&c).unwrap_or_else(|f| panic!("{f}"));
+    let kinds = ["required", "text", "response_format"];
+    let solo: Vec<Value> = kinds.iter().map(|k| reply(&pool.infer(&request(k, false)))).collect();
+    let together: Vec<Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = kinds.iter().map(|k| s.spawn(|| pool.infer(&request(k, true)))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for ((k, want), got) in kinds.iter().zip(&solo).zip(&together) {
+        assert_eq!(&reply(got), want, "{k}: {got}");
+    }
+    let events = Events::default();
+    let mut req = request("text", true);
+    req["stream"] = json!(true);
+    let r = pool.infer_with(&req, &events);
+    assert_stream_matches("pool stream", &events.chunks(), &r);
+}
+
+#[test]
+fn real_weights_copy_a_passage_into_a_strict_call_with_drafts_accepted() {
+    let Some(path) = std::env::var("LLB_SMOLLM2_TOOLS").ok() else {
+        assert!(std::env::var("LLB_REQUIRE_REAL_WEIGHTS").as_deref() != Ok("1"), "LLB_SMOLLM2_TOOLS is not set");
+        eprintln!("skipped: LLB_SMOLLM2_TOOLS is not set (scripts/smollm2.sh)");
+        return;
+    };
+    // The engine's defaults: llb's default drafter.
+    let e = CEngine::open(&json!({"model_path": path, "n_ctx": 2048, "n_threads": 1})).unwrap_or_else(|f| panic!("{f}"));
+    let passage = "The keeper climbed the narrow stairs every evening, trimmed the wick and polished the great lens \
+        until it shone, and the ships that passed the rocks at night watched for the light.";
+    let req = |spec: bool| {
+        json!({"messages": [{"role": "user", "content": format!("{passage}\n\nReplace 'keeper' with 'guard' in the text above.")}],
+            "tools": [{"type": "function", "function": {"name": "edit_file", "description": "Replace text in a file",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "old_text": {"type": "string"},
+                    "new_text": {"type": "string"}}, "required": ["path", "old_text", "new_text"]}}}],
+            "tool_choice": "required", "temperature": 0, "max_tokens": 160, "speculative": spec})
+    };
+    let (on, off) = (e.infer(&req(true)), e.infer(&req(false)));
+    assert_eq!(reply(&on), reply(&off), "with speculation\n{on}\nwithout\n{off}");
+    let (n, a) = drafted(&on);
+    assert!(a >= 20 && a <= n, "the copied passage was drafted and accepted: {on}");
+}
+
+#[test]
+fn the_switch_and_the_config_are_checked_by_name() {
+    let path = corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false);
+    let base = json!({"model_path": path, "n_ctx": 1024, "n_threads": 1});
+    let refused = |spec: Value, field: &str| {
+        let mut c = base.clone();
+        c["speculative"] = spec.clone();
+        let f = CEngine::open(&c).err().unwrap_or_else(|| panic!("{spec} was accepted"));
+        assert_eq!(f["code"], "invalid_argument", "{spec}: {f}");
+        assert!(f["message"].as_str().unwrap().contains(field), "{spec}: {f}");
+    };
+    for n in [json!(0), json!(-3), json!(100000)] {
+        refused(json!({"draft_max": n}), "speculative.draft_max");
+    }
+    refused(json!({"draft_max": 4, "draft_min": 5}), "speculative.draft_min");
+    refused(json!({"draft_min": -1}), "speculative.draft_min");
+    refused(json!({"type": "ngram-fast"}), "speculative.type");
+    refused(json!({"type": "draft-simple", "draft_model_path": "/m.gguf"}), "draft-simple");
+    refused(json!({"draft_model_path": "/m.gguf"}), "speculative.draft_model_path");
+    refused(json!({"ngram_size": 0}), "speculative.ngram_size");
+    refused(json!({"draft_max": "many"}), "speculative.draft_max");
+    // "none": off unless a request asks; a request's field wins either way.
+    let mut c = config(&path);
+    c["speculative"]["type"] = json!("none");
+    let e = CEngine::open(&c).unwrap_or_else(|f| panic!("{f}"));
+    let mut unset = request("text", true);
+    unset.as_object_mut().unwrap().remove("speculative");
+    assert_eq!(drafted(&e.infer(&unset)).0, 0, "none: no drafts");
+    let r = e.infer(&request("text", true));
+    assert!(r["timings"]["draft_n"].is_u64(), "{r}");
+    let r = e.infer(&json!({"messages": [{"role": "user", "content": "hi"}], "speculative": "yes"}));
+    assert_eq!(r["code"], "invalid_argument", "{r}");
+    assert!(r["message"].as_str().unwrap().contains("speculative"), "{r}");
+}
