@@ -23,8 +23,8 @@ import java.util.Objects;
  *     {@code main_gpu}, {@code split_mode}, {@code tensor_split}, {@code devices},
  *     {@code flash_attn}, {@code offload_kqv}, {@code type_k}, {@code type_v}, {@code use_mmap},
  *     {@code use_mlock}, {@code rpc_servers}; see docs/scaling.md), the thread settings
- *     ({@code adaptive_threads}, {@code thread_poll}) and {@code prompt_cache}, set with the
- *     {@code with} methods below;
+ *     ({@code adaptive_threads}, {@code thread_poll}), {@code prompt_cache} and
+ *     {@code speculative}, set with the {@code with} methods below;
  *     llb checks them when the engine or pool opens
  */
 public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, Integer batchSize, Long seed,
@@ -182,6 +182,31 @@ public record ChatConfig(Path modelPath, Integer contextSize, Integer threads, I
      */
     public PromptCache promptCache() {
         return PromptCache.fromMap(backendOptions.get("prompt_cache"));
+    }
+
+    /**
+     * Sets {@code speculative}: speculative decoding, where a drafter guesses the next tokens and
+     * the model checks them in one batch (docs/design.md, "Speculative decoding"). Unset, llb
+     * decides whether and how to draft; a request's {@code "speculative": true|false} overrides
+     * the config for that request.
+     *
+     * @param speculative e.g. {@code Speculative.ngram("ngram-mod").withDraftMax(32)}, or
+     *     {@link Speculative#off()}
+     * @return a copy with it set
+     */
+    public ChatConfig withSpeculative(Speculative speculative) {
+        Objects.requireNonNull(speculative, "speculative");
+        return withOption("speculative", speculative.toMap());
+    }
+
+    /**
+     * The {@code speculative} set by {@link #withSpeculative} (or {@link #withOption}).
+     *
+     * @return the settings, or null for llb's defaults
+     * @throws IllegalArgumentException when {@link #withOption} set values llb refuses
+     */
+    public Speculative speculative() {
+        return Speculative.fromMap(backendOptions.get("speculative"));
     }
 
     /**

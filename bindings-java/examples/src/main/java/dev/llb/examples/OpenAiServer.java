@@ -7,6 +7,7 @@ import dev.llb.Llb;
 import dev.llb.LlbException;
 import dev.llb.ModelInfo;
 import dev.llb.PromptCache;
+import dev.llb.Speculative;
 import dev.llb.ToolsUnsupportedException;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -22,7 +23,8 @@ import java.util.concurrent.Executors;
  *
  * <pre>run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N]
  *     [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N] [--reasoning-budget N]
- *     [--prompt-cache-dir DIR] [--prompt-cache-ram-bytes N] [--prompt-cache-disk-bytes N]</pre>
+ *     [--prompt-cache-dir DIR] [--prompt-cache-ram-bytes N] [--prompt-cache-disk-bytes N]
+ *     [--speculative-type TYPE] [--draft-max N] [--draft-min N] [--draft-model PATH] [--draft-n-gpu-layers N]</pre>
  *
  * <p>{@code --port 0} picks a free port; the first line on stdout says which. Every request runs
  * on one llb pool ({@link ChatPool}): up to {@code --parallel} decode at once in one batched
@@ -41,6 +43,12 @@ import java.util.concurrent.Executors;
  * server restores their prompts instead of reading them (none by default);
  * {@code --prompt-cache-ram-bytes} is the RAM tier's budget (default sized from the model, 0 none);
  * {@code --prompt-cache-disk-bytes} the directory's (default 16 GiB).
+ * The {@code --speculative-type} and {@code --draft-*} flags are llb's {@code speculative}
+ * ({@link Speculative}): {@code --speculative-type} the drafter by llama.cpp's name
+ * ({@code none} turns speculation off unless a request sends {@code "speculative": true}),
+ * {@code --draft-max} and {@code --draft-min} the draft sizes (1 to 256; 0 to draft-max),
+ * {@code --draft-model} and {@code --draft-n-gpu-layers} the draft model of the {@code draft-*}
+ * types; unset, llb picks the type and the sizes. A request's {@code "speculative"} overrides them.
  * {@code /v1/models} reports the model's {@code supports_tools} and {@code caps} ({@link Llb#modelInfo}).
  * A model that llb refuses for lack of tool calling still starts the server, which then answers
  * every completion with llb's refusal (422, code {@code tools_unsupported}); other load failures
@@ -50,13 +58,32 @@ public final class OpenAiServer {
     private static final String USAGE =
             "usage: run-example-server --model PATH --port PORT [--host 127.0.0.1] [--parallel 4] [--queue N] [--threads N]"
                     + " [--adaptive-threads true|false] [--thread-poll 0-100] [--ctx N] [--reasoning-budget N]"
-                    + " [--prompt-cache-dir DIR] [--prompt-cache-ram-bytes N] [--prompt-cache-disk-bytes N]";
+                    + " [--prompt-cache-dir DIR] [--prompt-cache-ram-bytes N] [--prompt-cache-disk-bytes N]"
+                    + " [--speculative-type TYPE] [--draft-max N] [--draft-min N] [--draft-model PATH] [--draft-n-gpu-layers N]";
 
     private OpenAiServer() {}
 
     record Options(Path model, String host, int port, int parallel, Integer queue, Integer threads,
             Boolean adaptiveThreads, Integer threadPoll, Integer contextSize, Integer reasoningBudget,
-            PromptCache promptCache) {
+            PromptCache promptCache, Speculative speculative) {
+        /** llb's engine config of these options; unset (null) values take llb's defaults. */
+        ChatConfig config() {
+            ChatConfig config = new ChatConfig(model, contextSize, threads, null, null, null);
+            if (adaptiveThreads != null) {
+                config = config.withAdaptiveThreads(adaptiveThreads);
+            }
+            if (threadPoll != null) {
+                config = config.withThreadPoll(threadPoll);
+            }
+            if (reasoningBudget != null) {
+                config = config.withReasoningBudget(reasoningBudget);
+            }
+            if (promptCache != null) {
+                config = config.withPromptCache(promptCache);
+            }
+            return speculative == null ? config : config.withSpeculative(speculative);
+        }
+
         static Options parse(String[] args) {
             Path model = null;
             String host = "127.0.0.1";
@@ -69,6 +96,7 @@ public final class OpenAiServer {
             Integer contextSize = null;
             Integer reasoningBudget = null;
             PromptCache promptCache = null; // null: no --prompt-cache-* flag, llb's defaults
+            Speculative speculative = null; // null: no --speculative-type or --draft-* flag, llb's defaults
             for (int i = 0; i < args.length; i++) {
                 String flag = args[i];
                 if (i + 1 >= args.length) {
@@ -91,12 +119,10 @@ public final class OpenAiServer {
                     case "--thread-poll" -> threadPoll = Integer.parseInt(value);
                     case "--ctx" -> contextSize = Integer.parseInt(value);
                     case "--reasoning-budget" -> reasoningBudget = Integer.parseInt(value);
-                    case "--prompt-cache-dir" ->
-                        promptCache = (promptCache == null ? PromptCache.DEFAULT : promptCache).withDir(Path.of(value));
-                    case "--prompt-cache-ram-bytes" ->
-                        promptCache = (promptCache == null ? PromptCache.DEFAULT : promptCache).withRamBytes(Long.parseLong(value));
-                    case "--prompt-cache-disk-bytes" ->
-                        promptCache = (promptCache == null ? PromptCache.DEFAULT : promptCache).withDiskBytes(Long.parseLong(value));
+                    case "--prompt-cache-dir", "--prompt-cache-ram-bytes", "--prompt-cache-disk-bytes" ->
+                        promptCache = promptCache(promptCache == null ? PromptCache.DEFAULT : promptCache, flag, value);
+                    case "--speculative-type", "--draft-max", "--draft-min", "--draft-model", "--draft-n-gpu-layers" ->
+                        speculative = speculative(speculative == null ? Speculative.DEFAULT : speculative, flag, value);
                     default -> throw new IllegalArgumentException("unknown option " + flag);
                 }
             }
@@ -107,7 +133,36 @@ public final class OpenAiServer {
                 throw new IllegalArgumentException("--parallel must be at least 1");
             }
             return new Options(model, host, port, parallel, queue, threads, adaptiveThreads, threadPoll, contextSize,
-                    reasoningBudget, promptCache);
+                    reasoningBudget, promptCache, speculative);
+        }
+
+        /** A {@code --prompt-cache-*} flag over the settings of the flags before it. */
+        private static PromptCache promptCache(PromptCache cache, String flag, String value) {
+            return switch (flag) {
+                case "--prompt-cache-dir" -> cache.withDir(Path.of(value));
+                case "--prompt-cache-ram-bytes" -> cache.withRamBytes(Long.parseLong(value));
+                case "--prompt-cache-disk-bytes" -> cache.withDiskBytes(Long.parseLong(value));
+                default -> throw new IllegalArgumentException("unknown option " + flag);
+            };
+        }
+
+        /**
+         * A {@code --speculative-type} or {@code --draft-*} flag over the settings of the flags
+         * before it; a value llb would refuse is refused here, naming the flag.
+         */
+        private static Speculative speculative(Speculative s, String flag, String value) {
+            try {
+                return switch (flag) {
+                    case "--speculative-type" -> s.withType(value);
+                    case "--draft-max" -> s.withDraftMax(Integer.parseInt(value));
+                    case "--draft-min" -> s.withDraftMin(Integer.parseInt(value));
+                    case "--draft-model" -> s.withDraftModel(Path.of(value));
+                    case "--draft-n-gpu-layers" -> s.withDraftGpuLayers(Integer.parseInt(value));
+                    default -> throw new IllegalArgumentException("unknown option " + flag);
+                };
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException(flag + " " + value + ": " + e.getMessage(), e);
+            }
         }
     }
 
@@ -121,20 +176,7 @@ public final class OpenAiServer {
             return;
         }
         String modelId = options.model().getFileName().toString();
-        // Unset (null) values take llb's defaults.
-        ChatConfig config = new ChatConfig(options.model(), options.contextSize(), options.threads(), null, null, null);
-        if (options.adaptiveThreads() != null) {
-            config = config.withAdaptiveThreads(options.adaptiveThreads());
-        }
-        if (options.threadPoll() != null) {
-            config = config.withThreadPoll(options.threadPoll());
-        }
-        if (options.reasoningBudget() != null) {
-            config = config.withReasoningBudget(options.reasoningBudget());
-        }
-        if (options.promptCache() != null) {
-            config = config.withPromptCache(options.promptCache());
-        }
+        ChatConfig config = options.config();
 
         // The header's capabilities, for /v1/models (llb_model_info reads no weights).
         ModelInfo info = null;

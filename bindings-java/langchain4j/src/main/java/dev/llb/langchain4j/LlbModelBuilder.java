@@ -27,6 +27,7 @@ public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends
     private Boolean parallelToolCalls;
     private boolean strictTools;
     private Integer reasoningBudget;
+    private Boolean speculative;
 
     /** Only the builders of this package extend it. */
     LlbModelBuilder() {}
@@ -52,8 +53,11 @@ public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends
     /**
      * The model and engine settings; the model opens the engine and closes it in its
      * {@code close()} ({@link LlbChatModel#close()}, {@link LlbStreamingChatModel#close()}).
+     * The engine's prompt cache and speculative decoding are set here
+     * ({@link ChatConfig#withPromptCache}, {@link ChatConfig#withSpeculative}).
      *
-     * @param config e.g. {@code ChatConfig.of(path).withContextSize(8192)}
+     * @param config e.g. {@code ChatConfig.of(path).withContextSize(8192)
+     *     .withSpeculative(Speculative.ngram("ngram-mod"))}
      * @return this builder
      */
     public B config(ChatConfig config) {
@@ -168,6 +172,20 @@ public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends
         return self();
     }
 
+    /**
+     * Speculative decoding on or off for every request ({@code speculative}), whatever the
+     * engine's config ({@link ChatConfig#withSpeculative}) says. The completion's
+     * {@code timings.draft_n} and {@code timings.draft_accepted_n} say how many tokens were
+     * drafted and accepted.
+     *
+     * @param speculative true or false; null: the engine's config decides
+     * @return this builder
+     */
+    public B speculative(Boolean speculative) {
+        this.speculative = speculative;
+        return self();
+    }
+
     /** The default request parameters, {@link DefaultChatRequestParameters#EMPTY} when unset. */
     ChatRequestParameters defaults() {
         return defaultRequestParameters != null ? defaultRequestParameters : DefaultChatRequestParameters.EMPTY;
@@ -178,9 +196,12 @@ public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends
         return List.copyOf(listeners);
     }
 
-    /** The request fields from {@link #seed}, {@link #parallelToolCalls}, {@link #strictTools} and {@link #reasoningBudget}. */
+    /**
+     * The request fields from {@link #seed}, {@link #parallelToolCalls}, {@link #strictTools},
+     * {@link #reasoningBudget} and {@link #speculative}.
+     */
     Mapping.Extras extras() {
-        return new Mapping.Extras(seed, parallelToolCalls, strictTools, reasoningBudget);
+        return new Mapping.Extras(seed, parallelToolCalls, strictTools, reasoningBudget, speculative);
     }
 
     /** Opens the engine from {@link #config}, or wraps the {@link #engine} or {@link #pool} given: a model's last step. */

@@ -44,7 +44,7 @@ final class Mapping {
     private Mapping() {}
 
     /** Per-model request fields LangChain4j's parameters have no place for. */
-    record Extras(Long seed, Boolean parallelToolCalls, boolean strictTools, Integer reasoningBudget) {}
+    record Extras(Long seed, Boolean parallelToolCalls, boolean strictTools, Integer reasoningBudget, Boolean speculative) {}
 
     static String request(ChatRequest request, Extras extras) {
         ObjectNode body = MAPPER.createObjectNode();
@@ -102,6 +102,9 @@ final class Mapping {
         }
         if (extras.reasoningBudget() != null) {
             body.put("reasoning_budget", extras.reasoningBudget());
+        }
+        if (extras.speculative() != null) {
+            body.put("speculative", extras.speculative());
         }
         return body.toString();
     }

@@ -16,8 +16,8 @@ import org.springframework.ai.tool.ToolCallback;
  * The request options of an {@link LlbChatModel}: Spring AI's portable ones (temperature, top_p,
  * top_k, max tokens, stop sequences, penalties, tool callbacks and tool context) and llb's
  * OpenAI-style fields: {@code seed}, {@code tool_choice}, {@code parallel_tool_calls},
- * {@code reasoning_effort}, {@code reasoning_budget}, and any other request field through
- * {@link Builder#extraBody}.
+ * {@code reasoning_effort}, {@code reasoning_budget}, {@code speculative}, and any other request
+ * field through {@link Builder#extraBody}.
  *
  * <p><b>Structured output.</b> These options are Spring AI's {@link StructuredOutputChatOptions}: an
  * {@link #getOutputSchema() output schema} (set by {@code ChatClient}'s
@@ -51,6 +51,7 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions implements Str
     private final Boolean parallelToolCalls;
     private final String reasoningEffort;
     private final Integer reasoningBudget;
+    private final Boolean speculative;
     private final String outputSchema;
     private final Boolean internalToolExecutionEnabled;
     private final Map<String, Object> extraBody;
@@ -71,6 +72,7 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions implements Str
         this.parallelToolCalls = b.parallelToolCalls;
         this.reasoningEffort = b.reasoningEffort;
         this.reasoningBudget = b.reasoningBudget;
+        this.speculative = b.speculative;
         this.outputSchema = b.outputSchema;
         this.internalToolExecutionEnabled = b.internalToolExecutionEnabled;
         this.extraBody = b.extraBody == null ? null : Collections.unmodifiableMap(new LinkedHashMap<>(b.extraBody));
@@ -168,6 +170,19 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions implements Str
     }
 
     /**
+     * {@code speculative}: whether this request drafts tokens ahead and has the model check them
+     * in one batch (docs/design.md, "Speculative decoding"), over the engine's config
+     * ({@code llb.chat.speculative.*}, {@link dev.llb.ChatConfig#withSpeculative}) for this
+     * request. The completion's {@code timings.draft_n} and {@code timings.draft_accepted_n} say
+     * how many tokens were drafted and accepted.
+     *
+     * @return true or false, or null (the engine's config decides)
+     */
+    public Boolean getSpeculative() {
+        return speculative;
+    }
+
+    /**
      * The JSON schema the reply must follow, sent as llb's {@code response_format}
      * ({@code {"type":"json_schema","json_schema":{"name":"response","schema":...,"strict":true}}})
      * and enforced by llb's grammar.
@@ -207,7 +222,8 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions implements Str
                 .presencePenalty(getPresencePenalty()).stopSequences(getStopSequences()).temperature(getTemperature())
                 .topK(getTopK()).topP(getTopP()).toolCallbacks(getToolCallbacks()).toolContext(getToolContext());
         b.seed(seed).toolChoice(toolChoice).toolChoiceAfterTools(toolChoiceAfterTools).parallelToolCalls(parallelToolCalls)
-                .reasoningEffort(reasoningEffort).reasoningBudget(reasoningBudget).outputSchema(outputSchema)
+                .reasoningEffort(reasoningEffort).reasoningBudget(reasoningBudget).speculative(speculative)
+                .outputSchema(outputSchema)
                 .internalToolExecutionEnabled(internalToolExecutionEnabled).extraBody(extraBody);
         return b;
     }
@@ -222,7 +238,8 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions implements Str
                 && Objects.equals(toolChoiceAfterTools, that.toolChoiceAfterTools)
                 && Objects.equals(parallelToolCalls, that.parallelToolCalls)
                 && Objects.equals(reasoningEffort, that.reasoningEffort)
-                && Objects.equals(reasoningBudget, that.reasoningBudget) && Objects.equals(outputSchema, that.outputSchema)
+                && Objects.equals(reasoningBudget, that.reasoningBudget) && Objects.equals(speculative, that.speculative)
+                && Objects.equals(outputSchema, that.outputSchema)
                 && Objects.equals(internalToolExecutionEnabled, that.internalToolExecutionEnabled)
                 && Objects.equals(extraBody, that.extraBody);
     }
@@ -230,7 +247,7 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions implements Str
     @Override
     public int hashCode() {
         return Objects.hash(super.hashCode(), seed, toolChoice, toolChoiceAfterTools, parallelToolCalls, reasoningEffort,
-                reasoningBudget, outputSchema, internalToolExecutionEnabled, extraBody);
+                reasoningBudget, speculative, outputSchema, internalToolExecutionEnabled, extraBody);
     }
 
     @Override
@@ -239,6 +256,7 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions implements Str
                 + ", maxTokens=" + getMaxTokens() + ", seed=" + seed + ", toolChoice=" + toolChoice
                 + ", toolChoiceAfterTools=" + toolChoiceAfterTools + ", parallelToolCalls=" + parallelToolCalls
                 + ", reasoningEffort=" + reasoningEffort + ", reasoningBudget=" + reasoningBudget
+                + ", speculative=" + speculative
                 + ", outputSchema=" + (outputSchema == null ? "none" : "set")
                 + ", tools=" + (getToolCallbacks() == null ? 0 : getToolCallbacks().size()) + "]";
     }
@@ -261,6 +279,7 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions implements Str
         private Boolean parallelToolCalls;
         private String reasoningEffort;
         private Integer reasoningBudget;
+        private Boolean speculative;
         private String outputSchema;
         private Boolean internalToolExecutionEnabled;
         private Map<String, Object> extraBody;
@@ -332,6 +351,18 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions implements Str
          */
         public B reasoningBudget(Integer tokens) {
             this.reasoningBudget = tokens;
+            return self();
+        }
+
+        /**
+         * Sets {@code speculative}: speculative decoding on or off for this request, whatever
+         * the engine's config says.
+         *
+         * @param speculative true or false; null leaves it to the engine's config
+         * @return this builder
+         */
+        public B speculative(Boolean speculative) {
+            this.speculative = speculative;
             return self();
         }
 
@@ -416,6 +447,9 @@ public class LlbChatOptions extends DefaultToolCallingChatOptions implements Str
                 }
                 if (that.reasoningBudget != null) {
                     reasoningBudget = that.reasoningBudget;
+                }
+                if (that.speculative != null) {
+                    speculative = that.speculative;
                 }
                 if (that.outputSchema != null) {
                     outputSchema = that.outputSchema;

@@ -55,19 +55,11 @@ final class Mapping {
         if (o.getMaxTokens() != null) {
             body.put("max_tokens", o.getMaxTokens());
         }
-        if (o.getSeed() != null) {
-            body.put("seed", o.getSeed());
-        }
         if (o.getStopSequences() != null && !o.getStopSequences().isEmpty()) {
             ArrayNode stop = body.putArray("stop");
             o.getStopSequences().forEach(stop::add);
         }
-        if (o.getReasoningEffort() != null) {
-            body.put("reasoning_effort", o.getReasoningEffort());
-        }
-        if (o.getReasoningBudget() != null) {
-            body.put("reasoning_budget", o.getReasoningBudget());
-        }
+        llbFields(body, o);
         if (o.getOutputSchema() != null && !o.getOutputSchema().isBlank()) {
             body.set("response_format", responseFormat(o.getOutputSchema()));
         }
@@ -95,6 +87,22 @@ final class Mapping {
             o.getExtraBody().forEach((k, v) -> body.set(k, MAPPER.valueToTree(v)));
         }
         return body.toString();
+    }
+
+    /** The fields of llb's (and OpenAI's) request that Spring AI's portable options lack. */
+    private static void llbFields(ObjectNode body, LlbChatOptions o) {
+        if (o.getSeed() != null) {
+            body.put("seed", o.getSeed());
+        }
+        if (o.getReasoningEffort() != null) {
+            body.put("reasoning_effort", o.getReasoningEffort());
+        }
+        if (o.getReasoningBudget() != null) {
+            body.put("reasoning_budget", o.getReasoningBudget());
+        }
+        if (o.getSpeculative() != null) {
+            body.put("speculative", o.getSpeculative());
+        }
     }
 
     /**

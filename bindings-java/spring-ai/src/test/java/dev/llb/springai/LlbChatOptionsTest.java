@@ -2,6 +2,7 @@ package dev.llb.springai;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -78,6 +79,27 @@ class LlbChatOptionsTest {
                 LlbChatOptions.builder().toolChoice("required").build(), TOOLS).path("tool_choice").asText());
         assertEquals("none", request(List.of(new UserMessage("x")),
                 LlbChatOptions.builder().toolChoice("{\"type\":\"none\"}").build(), TOOLS).at("/tool_choice/type").asText());
+    }
+
+    @Test
+    void speculativeIsARequestFieldThatMergesLikeTheOthers() throws Exception {
+        LlbChatOptions off = LlbChatOptions.builder().speculative(false).temperature(0.2).build();
+        assertEquals(off, off.mutate().build());
+        assertEquals(false, request(List.of(new UserMessage("x")), off, List.of()).path("speculative").asBoolean(true));
+        assertEquals(true, request(List.of(new UserMessage("x")), LlbChatOptions.builder().speculative(true).build(), List.of())
+                .path("speculative").asBoolean(false));
+        assertTrue(request(List.of(new UserMessage("x")), LlbChatOptions.builder().build(), List.of()).path("speculative")
+                .isMissingNode(), "unset: the engine's config decides");
+
+        // A prompt's option wins over the model's default; an unset one keeps it.
+        assertEquals(true, off.mutate().combineWith(LlbChatOptions.builder().speculative(true)).build().getSpeculative());
+        assertEquals(false, off.mutate().combineWith(LlbChatOptions.builder().temperature(0.9)).build().getSpeculative());
+        assertEquals(false, off.mutate().combineWith(ChatOptions.builder().topP(0.5)).build().getSpeculative());
+        assertNotEquals(off, LlbChatOptions.builder().speculative(true).temperature(0.2).build());
+        assertTrue(off.toString().contains("speculative=false"), off.toString());
+        // extraBody overrides a typed field of the same name, as documented.
+        assertEquals(true, request(List.of(new UserMessage("x")), off.mutate().extraBody(Map.of("speculative", true)).build(),
+                List.of()).path("speculative").asBoolean(false));
     }
 
     @Test

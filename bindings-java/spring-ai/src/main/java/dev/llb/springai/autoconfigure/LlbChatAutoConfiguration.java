@@ -6,6 +6,7 @@ import dev.llb.ChatConfig;
 import dev.llb.Llb;
 import dev.llb.LlbException;
 import dev.llb.PromptCache;
+import dev.llb.Speculative;
 import dev.llb.springai.LlbChatModel;
 import dev.llb.springai.LlbChatOptions;
 import java.nio.file.Path;
@@ -55,13 +56,8 @@ public class LlbChatAutoConfiguration {
             ObjectProvider<ObservationRegistry> observationRegistry,
             ObjectProvider<ChatModelObservationConvention> observationConvention) {
         ChatConfig config = chatConfig(properties, modelPath(properties));
-        LlbChatProperties.Options o = properties.getOptions();
-        LlbChatOptions defaults = LlbChatOptions.builder().temperature(o.getTemperature()).topP(o.getTopP()).topK(o.getTopK())
-                .maxTokens(o.getMaxTokens()).seed(o.getSeed()).toolChoice(o.getToolChoice())
-                .toolChoiceAfterTools(o.getToolChoiceAfterTools()).parallelToolCalls(o.getParallelToolCalls())
-                .reasoningEffort(o.getReasoningEffort()).reasoningBudget(o.getReasoningBudget()).build();
         LlbChatModel.Builder builder = LlbChatModel.builder().config(config).parallel(properties.getParallel())
-                .maxQueue(properties.getMaxQueue()).defaultOptions(defaults);
+                .maxQueue(properties.getMaxQueue()).defaultOptions(defaultOptions(properties.getOptions()));
         ToolCallingManager manager = toolCallingManager.getIfAvailable();
         if (manager != null) {
             builder.toolCallingManager(manager);
@@ -71,12 +67,22 @@ public class LlbChatAutoConfiguration {
         return builder.build();
     }
 
+    /** {@code llb.chat.options.*}: the model's default request options; unset ones are left out of requests. */
+    static LlbChatOptions defaultOptions(LlbChatProperties.Options o) {
+        return LlbChatOptions.builder().temperature(o.getTemperature()).topP(o.getTopP()).topK(o.getTopK())
+                .maxTokens(o.getMaxTokens()).seed(o.getSeed()).toolChoice(o.getToolChoice())
+                .toolChoiceAfterTools(o.getToolChoiceAfterTools()).parallelToolCalls(o.getParallelToolCalls())
+                .reasoningEffort(o.getReasoningEffort()).reasoningBudget(o.getReasoningBudget())
+                .speculative(o.getSpeculative()).build();
+    }
+
     /** The engine settings of {@code llb.chat.*} over {@code model}; unset properties take llb's defaults. */
     static ChatConfig chatConfig(LlbChatProperties p, Path model) {
         ChatConfig config = new ChatConfig(model, p.getContextSize(), p.getThreads(), p.getBatchSize(), null, null);
         config = ifSet(config, p.getAdaptiveThreads(), ChatConfig::withAdaptiveThreads);
         config = ifSet(config, p.getThreadPoll(), ChatConfig::withThreadPoll);
         config = ifSet(config, promptCache(p.getPromptCache()), ChatConfig::withPromptCache);
+        config = ifSet(config, speculative(p.getSpeculative()), ChatConfig::withSpeculative);
         return ifSet(config, p.getGpuLayers(), ChatConfig::withGpuLayers);
     }
 
@@ -86,6 +92,24 @@ public class LlbChatAutoConfiguration {
             return null;
         }
         return new PromptCache(bytes(p.getRamBytes()), p.getDir(), bytes(p.getDiskBytes()));
+    }
+
+    /**
+     * {@code llb.chat.speculative.*}, or null when none of it is set (llb's defaults).
+     *
+     * @throws IllegalArgumentException naming the field, for a type or draft size llb refuses
+     */
+    private static Speculative speculative(LlbChatProperties.Speculative p) {
+        if (p.getType() == null && p.getDraftMax() == null && p.getDraftMin() == null && p.getDraftModelPath() == null
+                && p.getDraftNGpuLayers() == null) {
+            return null;
+        }
+        try {
+            return new Speculative(p.getType(), p.getDraftMax(), p.getDraftMin(), p.getDraftModelPath(),
+                    p.getDraftNGpuLayers());
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("llb.chat.speculative.*: " + e.getMessage(), e);
+        }
     }
 
     private static Long bytes(DataSize size) {

@@ -14,6 +14,7 @@ import org.springframework.util.unit.DataSize;
  * llb.chat.parallel=4
  * llb.chat.context-size=16384
  * llb.chat.prompt-cache.dir=/var/cache/llb/prompts
+ * llb.chat.speculative.type=ngram-mod
  * llb.chat.options.temperature=0.2
  * </pre>
  */
@@ -60,6 +61,8 @@ public class LlbChatProperties {
     private Integer gpuLayers;
     /** The prompt cache: conversations that leave the context, kept in RAM and on disk. */
     private final PromptCache promptCache = new PromptCache();
+    /** Speculative decoding: a drafter guesses tokens ahead, the model checks them in one batch. */
+    private final Speculative speculative = new Speculative();
     /** Default request options. */
     private final Options options = new Options();
 
@@ -120,6 +123,87 @@ public class LlbChatProperties {
         public void setDiskBytes(DataSize v) { diskBytes = v; }
     }
 
+    /**
+     * {@code llb.chat.speculative.*}: llb's {@code speculative} (docs/design.md, "Speculative
+     * decoding"). Unset values take llb's defaults: llb picks the type and the draft sizes.
+     */
+    public static class Speculative {
+        /** Bound by Spring Boot from {@code llb.chat.speculative.*}. */
+        public Speculative() {}
+
+        /** The drafter, by llama.cpp's name: none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, draft-simple, draft-eagle3, draft-mtp (type; none: off unless a request asks). */
+        private String type;
+        /** The most tokens one draft holds, 1 to 256 (draft_max). */
+        private Integer draftMax;
+        /** The fewest tokens a draft must hold to be checked, 0 to draft-max (draft_min). */
+        private Integer draftMin;
+        /** The draft model's GGUF file, for the draft-* types (draft_model_path). */
+        private Path draftModelPath;
+        /** The draft model's layers offloaded to GPUs, -1 all (draft_n_gpu_layers). */
+        private Integer draftNGpuLayers;
+
+        /**
+         * Returns type.
+         *
+         * @return type
+         */
+        public String getType() { return type; }
+        /**
+         * Sets type.
+         *
+         * @param v type
+         */
+        public void setType(String v) { type = v; }
+        /**
+         * Returns draft_max.
+         *
+         * @return draft_max
+         */
+        public Integer getDraftMax() { return draftMax; }
+        /**
+         * Sets draft_max.
+         *
+         * @param v draft_max
+         */
+        public void setDraftMax(Integer v) { draftMax = v; }
+        /**
+         * Returns draft_min.
+         *
+         * @return draft_min
+         */
+        public Integer getDraftMin() { return draftMin; }
+        /**
+         * Sets draft_min.
+         *
+         * @param v draft_min
+         */
+        public void setDraftMin(Integer v) { draftMin = v; }
+        /**
+         * Returns draft_model_path.
+         *
+         * @return draft_model_path
+         */
+        public Path getDraftModelPath() { return draftModelPath; }
+        /**
+         * Sets draft_model_path.
+         *
+         * @param v draft_model_path
+         */
+        public void setDraftModelPath(Path v) { draftModelPath = v; }
+        /**
+         * Returns draft_n_gpu_layers.
+         *
+         * @return draft_n_gpu_layers
+         */
+        public Integer getDraftNGpuLayers() { return draftNGpuLayers; }
+        /**
+         * Sets draft_n_gpu_layers.
+         *
+         * @param v draft_n_gpu_layers
+         */
+        public void setDraftNGpuLayers(Integer v) { draftNGpuLayers = v; }
+    }
+
     /** {@code llb.chat.options.*}: the model's default request options. */
     public static class Options {
         /** Bound by Spring Boot from {@code llb.chat.options.*}. */
@@ -145,6 +229,8 @@ public class LlbChatProperties {
         private String reasoningEffort;
         /** reasoning_budget: tokens a reasoning model may think (-1 unlimited, 0 no thinking). */
         private Integer reasoningBudget;
+        /** speculative: speculative decoding on or off for every request, over llb.chat.speculative.type. */
+        private Boolean speculative;
 
         /**
          * Returns the temperature.
@@ -266,6 +352,18 @@ public class LlbChatProperties {
          * @param v reasoning_budget
          */
         public void setReasoningBudget(Integer v) { reasoningBudget = v; }
+        /**
+         * Returns speculative.
+         *
+         * @return speculative
+         */
+        public Boolean getSpeculative() { return speculative; }
+        /**
+         * Sets speculative.
+         *
+         * @param v speculative
+         */
+        public void setSpeculative(Boolean v) { speculative = v; }
     }
 
     /**
@@ -490,6 +588,12 @@ public class LlbChatProperties {
      * @return {@code llb.chat.prompt-cache.*}
      */
     public PromptCache getPromptCache() { return promptCache; }
+    /**
+     * Returns the speculative decoding settings.
+     *
+     * @return {@code llb.chat.speculative.*}
+     */
+    public Speculative getSpeculative() { return speculative; }
     /**
      * Returns the default request options.
      *

@@ -2,9 +2,13 @@ package dev.llb.springai.autoconfigure;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.llb.ChatConfig;
 import dev.llb.PromptCache;
+import dev.llb.Speculative;
+import dev.llb.springai.LlbChatOptions;
 import java.nio.file.Path;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
@@ -13,10 +17,13 @@ import org.springframework.boot.context.properties.source.MapConfigurationProper
 
 /** {@code llb.chat.*} engine properties, bound by their property names, to the {@link ChatConfig} the bean opens. */
 class LlbChatPropertiesTest {
-    private static ChatConfig configOf(Map<String, String> properties) {
-        LlbChatProperties p = new Binder(new MapConfigurationPropertySource(properties))
+    private static LlbChatProperties bind(Map<String, String> properties) {
+        return new Binder(new MapConfigurationPropertySource(properties))
                 .bindOrCreate(LlbChatProperties.PREFIX, LlbChatProperties.class);
-        return LlbChatAutoConfiguration.chatConfig(p, Path.of("model.gguf"));
+    }
+
+    private static ChatConfig configOf(Map<String, String> properties) {
+        return LlbChatAutoConfiguration.chatConfig(bind(properties), Path.of("model.gguf"));
     }
 
     @Test
@@ -47,11 +54,53 @@ class LlbChatPropertiesTest {
     }
 
     @Test
+    void speculativeSettingsReachTheConfig() {
+        ChatConfig config = configOf(Map.of("llb.chat.speculative.type", "draft-simple",
+                "llb.chat.speculative.draft-max", "12", "llb.chat.speculative.draft-min", "2",
+                "llb.chat.speculative.draft-model-path", "/models/draft.gguf", "llb.chat.speculative.draft-n-gpu-layers", "-1"));
+        assertEquals(new Speculative("draft-simple", 12, 2, Path.of("/models/draft.gguf"), -1), config.speculative());
+        // written into llb's config JSON as it is, by llb's field names
+        assertEquals(Map.of("speculative", Map.of("type", "draft-simple", "draft_max", 12, "draft_min", 2,
+                "draft_model_path", "/models/draft.gguf", "draft_n_gpu_layers", -1)), config.backendOptions());
+        // Only what is set: llb picks the rest (the type, the draft sizes).
+        assertEquals(Map.of("speculative", Map.of("type", "none")),
+                configOf(Map.of("llb.chat.speculative.type", "none")).backendOptions());
+        assertEquals(Map.of("speculative", Map.of("draft_max", 32)),
+                configOf(Map.of("llb.chat.speculative.draft-max", "32")).backendOptions());
+        assertEquals(Speculative.ngram("ngram-mod"), configOf(Map.of("llb.chat.speculative.type", "ngram-mod")).speculative());
+    }
+
+    @Test
+    void badSpeculativeSettingsFailNamingTheField() {
+        for (Map.Entry<String, String> bad : Map.of("type", "ngram", "draft-max", "0", "draft-min", "-1").entrySet()) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> configOf(Map.of("llb.chat.speculative." + bad.getKey(), bad.getValue())));
+            String field = "speculative." + bad.getKey().replace('-', '_');
+            assertTrue(e.getMessage().startsWith("llb.chat.speculative.*: " + field + " "), e.getMessage());
+        }
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> configOf(Map.of(
+                "llb.chat.speculative.draft-max", "4", "llb.chat.speculative.draft-min", "5")));
+        assertTrue(e.getMessage().contains("speculative.draft_min must be 0 to draft_max (4), not 5"), e.getMessage());
+    }
+
+    @Test
+    void theSpeculativeOptionIsADefaultRequestOption() {
+        LlbChatOptions on = LlbChatAutoConfiguration.defaultOptions(
+                bind(Map.of("llb.chat.options.speculative", "true", "llb.chat.options.temperature", "0.2")).getOptions());
+        assertEquals(true, on.getSpeculative());
+        assertEquals(0.2, on.getTemperature());
+        assertEquals(false, LlbChatAutoConfiguration.defaultOptions(
+                bind(Map.of("llb.chat.options.speculative", "false")).getOptions()).getSpeculative());
+        assertNull(LlbChatAutoConfiguration.defaultOptions(bind(Map.of()).getOptions()).getSpeculative());
+    }
+
+    @Test
     void unsetSettingsAreLeftToLlb() {
         ChatConfig config = configOf(Map.of());
         assertNull(config.threads());
         assertNull(config.contextSize());
         assertNull(config.promptCache());
+        assertNull(config.speculative());
         assertEquals(Map.of(), config.backendOptions());
     }
 }
