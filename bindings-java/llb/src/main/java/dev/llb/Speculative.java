@@ -38,8 +38,10 @@ import java.util.Map;
  *     ({@code draft_model_path})
  * @param draftGpuLayers layers of the draft model offloaded to GPUs ({@code draft_n_gpu_layers};
  *     -1: all)
+ * @param ngramSize the n-gram the n-gram drafters look up, in tokens ({@code ngram_size})
  */
-public record Speculative(String type, Integer draftMax, Integer draftMin, Path draftModelPath, Integer draftGpuLayers) {
+public record Speculative(String type, Integer draftMax, Integer draftMin, Path draftModelPath, Integer draftGpuLayers,
+        Integer ngramSize) {
 
     /** The drafters that guess from the conversation's own tokens, by llama.cpp's names. */
     public static final List<String> NGRAM_TYPES =
@@ -53,7 +55,7 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
     public static final int MAX_DRAFT = 256;
 
     /** llb's defaults for every field: an empty {@code speculative} object. */
-    public static final Speculative DEFAULT = new Speculative(null, null, null, null, null);
+    public static final Speculative DEFAULT = new Speculative(null, null, null, null, null, null);
 
     /** Checks the type and the draft sizes as llb does. */
     public Speculative {
@@ -62,6 +64,9 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
         }
         if (draftMax != null && (draftMax < 1 || draftMax > MAX_DRAFT)) {
             throw new IllegalArgumentException("speculative.draft_max must be 1 to " + MAX_DRAFT + ", not " + draftMax);
+        }
+        if (ngramSize != null && (ngramSize < 1 || ngramSize > 1024)) {
+            throw new IllegalArgumentException("speculative.ngram_size must be 1 to 1024, not " + ngramSize);
         }
         int minCeiling = draftMax != null ? draftMax : MAX_DRAFT;
         if (draftMin != null && (draftMin < 0 || draftMin > minCeiling)) {
@@ -78,6 +83,17 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
      */
     public static Speculative off() {
         return DEFAULT.withType("none");
+    }
+
+    /**
+     * The n-gram the n-gram drafters look up, in tokens ({@code ngram_size}, 1 to 1024;
+     * llama-server's {@code --spec-ngram-*-size-n}); llb's default when unset.
+     *
+     * @param tokens the n-gram's length
+     * @return a copy with {@code ngram_size} set
+     */
+    public Speculative withNgramSize(int tokens) {
+        return new Speculative(type, draftMax, draftMin, draftModelPath, draftGpuLayers, tokens);
     }
 
     /**
@@ -102,7 +118,7 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
      * @return a copy with it set
      */
     public Speculative withType(String drafter) {
-        return new Speculative(drafter, draftMax, draftMin, draftModelPath, draftGpuLayers);
+        return new Speculative(drafter, draftMax, draftMin, draftModelPath, draftGpuLayers, ngramSize);
     }
 
     /**
@@ -113,7 +129,7 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
      * @return a copy with it set
      */
     public Speculative withDraftMax(int tokens) {
-        return new Speculative(type, tokens, draftMin, draftModelPath, draftGpuLayers);
+        return new Speculative(type, tokens, draftMin, draftModelPath, draftGpuLayers, ngramSize);
     }
 
     /**
@@ -124,7 +140,7 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
      * @return a copy with it set
      */
     public Speculative withDraftMin(int tokens) {
-        return new Speculative(type, draftMax, tokens, draftModelPath, draftGpuLayers);
+        return new Speculative(type, draftMax, tokens, draftModelPath, draftGpuLayers, ngramSize);
     }
 
     /**
@@ -135,7 +151,7 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
      * @return a copy with it set
      */
     public Speculative withDraftModel(Path gguf) {
-        return new Speculative(type, draftMax, draftMin, gguf, draftGpuLayers);
+        return new Speculative(type, draftMax, draftMin, gguf, draftGpuLayers, ngramSize);
     }
 
     /**
@@ -146,7 +162,7 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
      * @return a copy with them set
      */
     public Speculative withDraftModel(Path gguf, int nGpuLayers) {
-        return new Speculative(type, draftMax, draftMin, gguf, nGpuLayers);
+        return new Speculative(type, draftMax, draftMin, gguf, nGpuLayers, ngramSize);
     }
 
     /**
@@ -156,7 +172,7 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
      * @return a copy with it set
      */
     public Speculative withDraftGpuLayers(int nGpuLayers) {
-        return new Speculative(type, draftMax, draftMin, draftModelPath, nGpuLayers);
+        return new Speculative(type, draftMax, draftMin, draftModelPath, nGpuLayers, ngramSize);
     }
 
     /** The {@code speculative} object of llb's config; unset fields are left out. */
@@ -177,6 +193,9 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
         if (draftGpuLayers != null) {
             m.put("draft_n_gpu_layers", draftGpuLayers);
         }
+        if (ngramSize != null) {
+            m.put("ngram_size", ngramSize);
+        }
         return Collections.unmodifiableMap(m);
     }
 
@@ -187,7 +206,7 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
         }
         return new Speculative(m.get("type") instanceof String s ? s : null, integer(m.get("draft_max")),
                 integer(m.get("draft_min")), m.get("draft_model_path") instanceof String s ? Path.of(s) : null,
-                integer(m.get("draft_n_gpu_layers")));
+                integer(m.get("draft_n_gpu_layers")), integer(m.get("ngram_size")));
     }
 
     private static Integer integer(Object value) {

@@ -11,13 +11,17 @@ import java.util.List;
 import java.util.Map;
 import java.util.function.Supplier;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * {@code speculative} through Java: {@link ChatConfig#withSpeculative} writes llb's object with
  * only the fields set, and {@link Speculative} refuses, naming the field, the values llb would
- * refuse. No native code: what llb does with the object is tested on the Rust side.
+ * refuse. An engine opened with it speculates: the reply is the reply without speculation, and
+ * its timings count the drafted and accepted tokens.
  */
 class SpeculativeTest {
+    @TempDir
+    static Path dir;
     private static final ChatConfig CONFIG = ChatConfig.of(Path.of("model.gguf"));
 
     private static JsonNode written(Speculative speculative) {
@@ -30,7 +34,7 @@ class SpeculativeTest {
                 .withDraftModel(Path.of("/models/draft.gguf"), 99);
         assertEquals(Json.parse("{\"type\":\"draft-simple\",\"draft_max\":16,\"draft_min\":2,"
                 + "\"draft_model_path\":\"/models/draft.gguf\",\"draft_n_gpu_layers\":99}"), written(all));
-        assertEquals(new Speculative("draft-simple", 16, 2, Path.of("/models/draft.gguf"), 99),
+        assertEquals(new Speculative("draft-simple", 16, 2, Path.of("/models/draft.gguf"), 99, null),
                 CONFIG.withSpeculative(all).speculative());
         assertEquals(all, Speculative.DEFAULT.withType("draft-simple").withDraftMax(16).withDraftMin(2)
                 .withDraftModel(Path.of("/models/draft.gguf")).withDraftGpuLayers(99));
@@ -94,11 +98,35 @@ class SpeculativeTest {
         refused("draft_min", () -> Speculative.DEFAULT.withDraftMin(257));
         refused("draft_min", () -> Speculative.DEFAULT.withDraftMax(4).withDraftMin(5));
         refused("draft_min", () -> Speculative.DEFAULT.withDraftMin(8).withDraftMax(4));
-        refused("draft_min", () -> new Speculative(null, 2, 3, null, null));
+        refused("draft_min", () -> new Speculative(null, 2, 3, null, null, null));
         assertThrows(NullPointerException.class, () -> CONFIG.withSpeculative(null));
         // Set as a raw option, the bad value reaches llb (which refuses it); reading it back names it.
         ChatConfig raw = CONFIG.withOption("speculative", Map.of("draft_max", 0));
         assertEquals(Json.parse("{\"draft_max\":0}"), Json.parse(raw.toJson()).path("speculative"));
         refused("draft_max", raw::speculative);
+    }
+
+    @Test
+    void anEngineSpeculatesAndRepliesAsWithout() {
+        ChatConfig config = Fixtures.config(Fixtures.toolModel(dir))
+                .withSpeculative(Speculative.ngram("ngram-mod").withNgramSize(4).withDraftMax(8));
+        try (ChatEngine engine = ChatEngine.open(config)) {
+            JsonNode on = Json.parse(engine.infer(request(true)));
+            JsonNode off = Json.parse(engine.infer(request(false)));
+            assertEquals(off.path("choices").path(0).path("message").path("content"),
+                    on.path("choices").path(0).path("message").path("content"), on.toString());
+            assertTrue(on.path("timings").path("draft_accepted_n").asInt(-1) > 0, "drafts were accepted: " + on);
+            assertEquals(0, off.path("timings").path("draft_n").asInt(-1), off.toString());
+        }
+        LlbException e = assertThrows(LlbException.class,
+                () -> ChatEngine.open(Fixtures.config(Fixtures.toolModel(dir)).withSpeculative(Speculative.ngram("ngram-mod")
+                        .withDraftModel(Path.of("/m.gguf")))).close());
+        assertEquals("invalid_argument", e.code(), e.getMessage());
+        assertTrue(e.getMessage().contains("speculative.draft_model_path"), e.getMessage());
+    }
+
+    private static String request(boolean speculative) {
+        return Json.MAPPER.valueToTree(Map.of("messages", List.of(Map.of("role", "user", "content", "Repeat: a b c a b c")),
+                "tool_choice", "none", "max_tokens", 100, "temperature", 0, "speculative", speculative)).toString();
     }
 }

@@ -30,7 +30,7 @@ class SpeculativeFlagsTest {
     void theFlagsAreLlbsSpeculativeObject() {
         OpenAiServer.Options all = parse("--speculative-type", "draft-simple", "--draft-max", "24", "--draft-min", "3",
                 "--draft-model", "/models/draft.gguf", "--draft-n-gpu-layers", "-1");
-        assertEquals(new Speculative("draft-simple", 24, 3, Path.of("/models/draft.gguf"), -1), all.speculative());
+        assertEquals(new Speculative("draft-simple", 24, 3, Path.of("/models/draft.gguf"), -1, null), all.speculative());
         assertEquals(Map.of("speculative", Map.of("type", "draft-simple", "draft_max", 24, "draft_min", 3,
                 "draft_model_path", "/models/draft.gguf", "draft_n_gpu_layers", -1)), all.config().backendOptions());
 

@@ -106,7 +106,7 @@ public class LlbChatAutoConfiguration {
         }
         try {
             return new Speculative(p.getType(), p.getDraftMax(), p.getDraftMin(), p.getDraftModelPath(),
-                    p.getDraftNGpuLayers());
+                    p.getDraftNGpuLayers(), null);
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException("llb.chat.speculative.*: " + e.getMessage(), e);
         }

@@ -58,7 +58,7 @@ class LlbChatPropertiesTest {
         ChatConfig config = configOf(Map.of("llb.chat.speculative.type", "draft-simple",
                 "llb.chat.speculative.draft-max", "12", "llb.chat.speculative.draft-min", "2",
                 "llb.chat.speculative.draft-model-path", "/models/draft.gguf", "llb.chat.speculative.draft-n-gpu-layers", "-1"));
-        assertEquals(new Speculative("draft-simple", 12, 2, Path.of("/models/draft.gguf"), -1), config.speculative());
+        assertEquals(new Speculative("draft-simple", 12, 2, Path.of("/models/draft.gguf"), -1, null), config.speculative());
         // written into llb's config JSON as it is, by llb's field names
         assertEquals(Map.of("speculative", Map.of("type", "draft-simple", "draft_max", 12, "draft_min", 2,
                 "draft_model_path", "/models/draft.gguf", "draft_n_gpu_layers", -1)), config.backendOptions());
