@@ -142,6 +142,10 @@ void llb_string_free(char *s);
  * `"jump_forward": false` turns off jump-forward decoding (on by default: text a strict grammar
  * forces is evaluated in one batch instead of sampled token by token); a request's own field of
  * that name overrides it.
+ * `"speculative": {"type": "ngram-mod", "draft_max": 16, "draft_min": 0, "ngram_size": 4}` (each
+ * optional; `type` one of llama.cpp's n-gram drafters or `"none"`): tokens the reply copies from
+ * the conversation are drafted and verified in one decode, losslessly; a request's
+ * `"speculative": false | true` overrides it; `timings.draft_n` / `draft_accepted_n` count them.
  * `"reasoning_budget": N` is the default reasoning budget in tokens (-1 unlimited, 0 thinking
  * off where the template allows; as llama-server's `--reasoning-budget`): past it the template's
  * end-of-thinking tag is forced and the reply goes on. A request's own field overrides it;
@@ -207,7 +211,7 @@ llb_chat *llb_chat_create(const char *config_json, llb_event_fn on_event, void *
  *
  * llb's request fields beyond OpenAI's: `reasoning_budget` (tokens, -1 unlimited, 0 no
  * thinking; `reasoning_effort` maps none/minimal 0, low 1024, medium 4096, high unlimited),
- * `deterministic_call_syntax`, `jump_forward`. A call cut by `max_tokens` comes back with its
+ * `deterministic_call_syntax`, `jump_forward`, `speculative`. A call cut by `max_tokens` comes back with its
  * arguments closed into valid JSON and a `tool_call_incomplete` warning (docs/tool-calls.md).
  *
  * Errors: `invalid_argument` (NULL, unknown or wrong-typed field, named in the message),
