@@ -42,7 +42,7 @@ pub struct Run<'a> {
     pub emit: &'a dyn Fn(&Value) -> bool,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
     /// Runs `req` to its completion (streamed to `emit` as it goes when the request streams).
     pub fn run(&self, req: &ResolvedRequest) -> Result<Value> {
         let t_start = Instant::now();
@@ -90,12 +90,8 @@ impl Run<'_> {
             None => Finish::Cancelled,
             Some(_) if !g.response.open() => Finish::Cancelled,
             Some(logits) => {
-                // A request that speculates and finds a free lane drafts (src/speculate/).
-                let spec = match self.drafters.filter(|_| req.speculative) {
-                    Some(d) => Speculation::start(d, &prompt)?,
-                    None => None,
-                };
-                g.generate(self.prompter, &ticket, Rows::new(logits, self.vocab.n_tokens() as usize), spec, self.n_batch)?
+                let rows = Rows::new(logits, self.vocab.n_tokens() as usize);
+                g.generate(self.prompter, &ticket, rows, self.speculation(req, &prompt)?, self.n_batch)?
             }
         };
         drop(ticket);
@@ -105,6 +101,14 @@ impl Run<'_> {
             self.book.remember(r);
         }
         Ok(completion)
+    }
+
+    /// The request's speculation when it speculates and finds a free lane (src/speculate/).
+    fn speculation(&self, req: &ResolvedRequest, prompt: &[Token]) -> Result<Option<Speculation<'a>>> {
+        match self.drafters.filter(|_| req.speculative) {
+            Some(d) => Speculation::start(d, prompt),
+            None => Ok(None),
+        }
     }
 
     /// Waits until the prompt is evaluated, sending progress events. Returns how the request
