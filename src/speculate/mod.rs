@@ -48,6 +48,14 @@ impl Drafters {
         self.drafter.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Requests speculating now (at least 1): a draft's share of the batch. On a CPU a decode's
+    /// cost grows with its tokens, and a pool's batch already holds every running request's step:
+    /// `draft_max` is split between them (docs/design.md, "Speculative decoding").
+    fn busy_lanes(&self) -> usize {
+        let lanes = self.drafter().lanes();
+        lanes.saturating_sub(self.free().len()).max(1)
+    }
+
     fn free(&self) -> MutexGuard<'_, Vec<usize>> {
         self.free.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -130,7 +138,7 @@ impl<'a> Speculation<'a> {
             d.drafter().accept(self.lane, accepted)?;
             (self.round, self.round_accepted) = (0, 0);
         }
-        let n_max = d.draft_max.min(room);
+        let n_max = d.draft_max.min(room) / d.busy_lanes();
         let Some((&last, before)) = self.history.split_last() else { return Ok(Vec::new()) };
         if n_max == 0 || n_max < d.draft_min {
             return Ok(Vec::new());
