@@ -197,3 +197,32 @@ fn the_switch_and_the_config_are_checked_by_name() {
     assert_eq!(r["code"], "invalid_argument", "{r}");
     assert!(r["message"].as_str().unwrap().contains("speculative"), "{r}");
 }
+
+/// A pool too small for its requests parks and rebuilds sequences that hold drafts, and a stream
+/// cancelled mid-draft ends cancelled: every request finishes, nothing hangs, the pool goes on.
+#[test]
+fn drafts_survive_parking_and_cancellation() {
+    let path = corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false);
+    let mut c = config(&path);
+    c["n_parallel"] = json!(3);
+    c["n_ctx"] = json!(640);
+    let pool = CPool::open(&c).unwrap_or_else(|f| panic!("{f}"));
+    let kinds = ["required", "text", "response_format", "text", "required", "auto"];
+    let replies: Vec<Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = kinds.iter().map(|k| s.spawn(|| pool.infer(&request(k, true)))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (k, r) in kinds.iter().zip(&replies) {
+        let finish = r["choices"][0]["finish_reason"].as_str().unwrap_or_else(|| panic!("{k}: {r}"));
+        assert!(["length", "stop", "tool_calls"].contains(&finish), "{k}: {r}");
+        let (n, a) = drafted(r);
+        assert!(a <= n, "{k}: {r}");
+    }
+    let events = Events::default();
+    *events.cancel_after_chunks.lock().unwrap() = 5;
+    let mut req = request("text", true);
+    req["stream"] = json!(true);
+    let r = pool.infer_with(&req, &events);
+    assert_eq!(r["choices"][0]["finish_reason"], "cancelled", "{r}");
+    assert_eq!(reply(&pool.infer(&request("required", true))), reply(&pool.infer(&request("required", false))));
+}
