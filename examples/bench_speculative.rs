@@ -10,7 +10,8 @@
 //!  (d) a pool of 8 parallel conversations, half copying and half free text: aggregate tokens/s
 //!      with speculation / without (goal ≥ 1.5).
 //!
-//!   scripts/bench-speculative.sh      LLB_BENCH_THREADS=N (default 2), LLB_BENCH_REPS=N (3)
+//!   scripts/bench-speculative.sh      LLB_BENCH_THREADS=N (default 2), LLB_BENCH_REPS=N (3),
+//!                                     LLB_BENCH_SPECULATIVE='{"type":..}' (default: llb's)
 
 #[path = "peer/llama_server.rs"]
 mod llama_server;
@@ -41,8 +42,15 @@ fn model() -> PathBuf {
     PathBuf::from(std::env::var("LLB_BENCH_MODEL").expect("LLB_BENCH_MODEL: SmolLM2 with a tool template"))
 }
 
+/// The engine's `speculative` config: llb's default, or `LLB_BENCH_SPECULATIVE` (a JSON object) to
+/// compare others.
+fn speculative() -> Value {
+    std::env::var("LLB_BENCH_SPECULATIVE").map(|v| serde_json::from_str(&v).expect("LLB_BENCH_SPECULATIVE: JSON")).unwrap_or(json!({}))
+}
+
 fn config(extra: Value) -> EngineConfig {
-    let mut c = json!({"model_path": model(), "n_ctx": 4096, "n_threads": threads(), "adaptive_threads": false});
+    let mut c = json!({"model_path": model(), "n_ctx": 4096, "n_threads": threads(), "adaptive_threads": false,
+        "speculative": speculative()});
     c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
     serde_json::from_value(c).unwrap()
 }
