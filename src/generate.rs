@@ -239,24 +239,7 @@ impl Generation<'_> {
             if let Some(f) = self.record_step(&step, row, d.syntax.as_mut()) {
                 break f;
             }
-            let decode = match spec.as_mut().map(|s| s.follow(&step)) {
-                Some(Followed::Whole(n)) => {
-                    rows.advance(n);
-                    false
-                }
-                Some(Followed::Diverged { matched, retract }) => {
-                    let rest = &step[matched..];
-                    let room = (self.room - self.gen_tokens.len()).min(n_batch.saturating_sub(rest.len()));
-                    let s = spec.as_mut().expect("matched above");
-                    let draft = s.draft(room, |draft| d.smpl.grammar_valid_prefix(draft))?;
-                    ticket.submit_draft(retract, rest, &draft, rows.take());
-                    true
-                }
-                None => {
-                    ticket.submit(&step, rows.take());
-                    true
-                }
-            };
+            let decode = self.hand_over(&mut d, ticket, &step, &mut rows, spec.as_mut(), n_batch)?;
             if let Some(f) = self.partial() {
                 break f;
             }
@@ -276,6 +259,29 @@ impl Generation<'_> {
         };
         self.drafts = spec.map(|s| s.stats).unwrap_or_default();
         Ok(finish)
+    }
+
+    /// Hands the step to the model: submits it (with a draft after it when the request
+    /// speculates), or, when the draft being verified held it, moves to the row after it.
+    /// Whether a decode is coming.
+    fn hand_over(&mut self, d: &mut Decoder, ticket: &Ticket, step: &[Token], rows: &mut Rows, spec: Option<&mut Speculation>, n_batch: usize) -> Result<bool> {
+        let Some(spec) = spec else {
+            ticket.submit(step, rows.take());
+            return Ok(true);
+        };
+        match spec.follow(step) {
+            Followed::Whole(n) => {
+                rows.advance(n);
+                Ok(false)
+            }
+            Followed::Diverged { matched, retract } => {
+                let rest = &step[matched..];
+                let room = (self.room - self.gen_tokens.len()).min(n_batch.saturating_sub(rest.len()));
+                let draft = spec.draft(room, |draft| d.smpl.grammar_valid_prefix(draft))?;
+                ticket.submit_draft(retract, rest, &draft, rows.take());
+                Ok(true)
+            }
+        }
     }
 
     /// The next step's tokens, and whether the first was sampled (from `logits`; the rest are
