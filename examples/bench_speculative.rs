@@ -117,7 +117,10 @@ fn message(r: &Value) -> Value {
 
 fn drafts(r: &Value) -> String {
     let t = &r["timings"];
-    format!("{} tokens, {} drafted, {} accepted", t["predicted_n"], t["draft_n"], t["draft_accepted_n"])
+    format!(
+        "{} tokens, {} drafted, {} accepted; {:.0} of {:.0} ms in llama_decode",
+        t["predicted_n"], t["draft_n"], t["draft_accepted_n"], t["decode_ms"].as_f64().unwrap_or(0.0), t["predicted_ms"].as_f64().unwrap_or(0.0)
+    )
 }
 
 /// (a) and (b) on one engine with the default speculation.
