@@ -552,7 +552,6 @@ impl Drop for TriggerPatterns {
 /// for `lanes` requests at a time, one lane each. Not thread-safe: the caller locks.
 pub struct SpecDrafter {
     raw: *mut sys::llb_shim_spec,
-    lanes: usize,
 }
 
 // SAFETY: the drafter's state is only touched through &mut self (its owner locks it).
@@ -568,11 +567,7 @@ impl SpecDrafter {
         // SAFETY: `name` outlives the call; `out` is a valid out-pointer.
         let st = unsafe { sys::llb_shim_spec_new(name.as_ptr(), lanes as u32, ngram_size, &mut out, &mut err) };
         check(st, err, "the speculative drafter")?;
-        Ok(SpecDrafter { raw: out, lanes })
-    }
-
-    pub fn lanes(&self) -> usize {
-        self.lanes
+        Ok(SpecDrafter { raw: out })
     }
 
     /// Starts `lane`'s generation after `prompt`.

@@ -26,6 +26,7 @@ use std::sync::{Mutex, MutexGuard};
 pub struct Drafters {
     drafter: Mutex<SpecDrafter>,
     free: Mutex<Vec<usize>>,
+    lanes: usize,
     /// The most tokens a draft holds, and the fewest worth verifying.
     draft_max: usize,
     draft_min: usize,
@@ -39,6 +40,7 @@ impl Drafters {
         Ok(Drafters {
             drafter: Mutex::new(SpecDrafter::new(kind, lanes, ngram_size)?),
             free: Mutex::new((0..lanes).rev().collect()),
+            lanes,
             draft_max,
             draft_min,
         })
@@ -52,8 +54,7 @@ impl Drafters {
     /// cost grows with its tokens, and a pool's batch already holds every running request's step:
     /// `draft_max` is split between them (docs/design.md, "Speculative decoding").
     fn busy_lanes(&self) -> usize {
-        let lanes = self.drafter().lanes();
-        lanes.saturating_sub(self.free().len()).max(1)
+        self.lanes.saturating_sub(self.free().len()).max(1)
     }
 
     fn free(&self) -> MutexGuard<'_, Vec<usize>> {
