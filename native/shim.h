@@ -200,9 +200,10 @@ void llb_shim_triggers_free(llb_shim_triggers *t);
  * model, or an unknown one, is LLB_SHIM_INVALID. `ngram_size` is the length of the n-gram looked up
  * (llama-server's --spec-ngram-*-size-n, --spec-ngram-mod-n-match); 0 keeps llama.cpp's default.
  *
- * _begin starts a lane's generation on its prompt. _draft proposes at most `n_max` tokens to
- * follow `last` after `history` (the tokens before it): *n_out of them are written to `out`
- * (capacity n_max; 0 when nothing can be drafted). _accept reports how many tokens of the lane's
+ * _begin starts a lane's generation on its prompt (the lane keeps its tokens). _draft appends
+ * `tokens` (the reply's tokens since the last call) and proposes at most `n_max` tokens to follow
+ * the last one: *n_out of them are written to `out` (capacity n_max; 0 when nothing can be
+ * drafted). _accept reports how many tokens of the lane's
  * last non-empty draft the model accepted (ignored when the lane drafted nothing yet).
  * Free with llb_shim_spec_free (NULL is ignored).
  */
@@ -211,8 +212,8 @@ llb_shim_status llb_shim_spec_new(const char *type, uint32_t n_seq, uint16_t ngr
                                   char **err);
 llb_shim_status llb_shim_spec_begin(llb_shim_spec *s, uint32_t lane, const int32_t *prompt, size_t n_prompt,
                                     char **err);
-llb_shim_status llb_shim_spec_draft(llb_shim_spec *s, uint32_t lane, const int32_t *history, size_t n_history,
-                                    int32_t last, int32_t n_max, int32_t *out, size_t *n_out, char **err);
+llb_shim_status llb_shim_spec_draft(llb_shim_spec *s, uint32_t lane, const int32_t *tokens, size_t n_tokens,
+                                    int32_t n_max, int32_t *out, size_t *n_out, char **err);
 llb_shim_status llb_shim_spec_accept(llb_shim_spec *s, uint32_t lane, uint16_t n_accepted, char **err);
 void llb_shim_spec_free(llb_shim_spec *s);
 

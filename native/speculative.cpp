@@ -15,8 +15,9 @@ using namespace llb_shim;
 
 struct llb_shim_spec {
     common_speculative_ptr spec;
-    // Per lane: the tokens handed to the drafter (common_speculative keeps a pointer while it
-    // drafts), its result, and whether it ever drafted (common_speculative_accept needs that).
+    // Per lane: the conversation's tokens (the prompt, then what each draft call appends; the
+    // drafter reads them through a pointer), its result, and whether it ever drafted
+    // (common_speculative_accept needs that).
     std::vector<llama_tokens> history;
     std::vector<llama_tokens> result;
     std::vector<bool>         drafted;
@@ -97,27 +98,39 @@ llb_shim_status llb_shim_spec_begin(llb_shim_spec * s, uint32_t lane, const int3
     });
 }
 
-llb_shim_status llb_shim_spec_draft(llb_shim_spec * s, uint32_t lane, const int32_t * history, size_t n_history,
-                                    int32_t last, int32_t n_max, int32_t * out, size_t * n_out, char ** err) {
+llb_shim_status llb_shim_spec_draft(llb_shim_spec * s, uint32_t lane, const int32_t * tokens, size_t n_tokens,
+                                    int32_t n_max, int32_t * out, size_t * n_out, char ** err) {
     return guard(err, [&] {
         llb_shim_spec & st = checked(s, lane);
-        if ((!history && n_history > 0) || !out || !n_out || n_max <= 0) {
+        if ((!tokens && n_tokens > 0) || !out || !n_out || n_max <= 0) {
             throw shim_error(LLB_SHIM_INVALID, "NULL argument or no room for a draft");
         }
         *n_out = 0;
         llama_tokens & hist = st.history[lane];
-        hist.assign(history, history + n_history);
+        hist.insert(hist.end(), tokens, tokens + n_tokens);
+        if (hist.empty()) {
+            return;
+        }
+        // common_speculative reads the tokens before the last one, and the last one apart.
+        const llama_token last = hist.back();
+        hist.pop_back();
         llama_tokens & result = st.result[lane];
         result.clear();
         common_speculative_get_draft_params(st.spec.get(), (llama_seq_id) lane) = {
             /* .drafting = */ true,
             /* .n_max    = */ n_max,
-            /* .n_past   = */ (llama_pos) n_history,
+            /* .n_past   = */ (llama_pos) hist.size(),
             /* .id_last  = */ last,
             /* .prompt   = */ &hist,
             /* .result   = */ &result,
         };
-        common_speculative_draft(st.spec.get());
+        try {
+            common_speculative_draft(st.spec.get());
+        } catch (...) {
+            hist.push_back(last);
+            throw;
+        }
+        hist.push_back(last);
         const size_t n = std::min(result.size(), (size_t) n_max);
         std::copy(result.begin(), result.begin() + n, out);
         *n_out = n;

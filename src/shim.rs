@@ -561,7 +561,7 @@ impl SpecDrafter {
     /// A drafter of llama.cpp's type `kind` (one of the n-gram types) for `lanes` lanes, looking
     /// up n-grams of `ngram_size` tokens (0: llama.cpp's default).
     pub fn new(kind: &str, lanes: usize, ngram_size: u16) -> Result<SpecDrafter> {
-        let name = CString::new(kind).map_err(|_| Error::new(ErrorCode::InvalidArgument, "a speculative type holds NUL"))?;
+        let name = cstring(kind, "the speculative type")?;
         let mut out = ptr::null_mut();
         let mut err = ptr::null_mut();
         // SAFETY: `name` outlives the call; `out` is a valid out-pointer.
@@ -578,14 +578,15 @@ impl SpecDrafter {
         check_llb(st, err, "starting a speculative draft")
     }
 
-    /// At most `n_max` tokens to follow `last`, which follows `history` (empty: no draft).
-    pub fn draft(&mut self, lane: usize, history: &[sys::llama_token], last: sys::llama_token, n_max: usize) -> Result<Vec<sys::llama_token>> {
+    /// Appends `tokens` (the reply's tokens since the last call) to `lane`'s conversation and
+    /// drafts at most `n_max` tokens to follow them (empty: no draft).
+    pub fn draft(&mut self, lane: usize, tokens: &[sys::llama_token], n_max: usize) -> Result<Vec<sys::llama_token>> {
         let mut out = vec![0 as sys::llama_token; n_max];
         let mut n = 0usize;
         let mut err = ptr::null_mut();
-        // SAFETY: `raw` is live; `history` is valid for its length, `out` for n_max tokens.
+        // SAFETY: `raw` is live; `tokens` is valid for its length, `out` for n_max tokens.
         let st = unsafe {
-            sys::llb_shim_spec_draft(self.raw, lane as u32, history.as_ptr(), history.len(), last, n_max as i32, out.as_mut_ptr(), &mut n, &mut err)
+            sys::llb_shim_spec_draft(self.raw, lane as u32, tokens.as_ptr(), tokens.len(), n_max as i32, out.as_mut_ptr(), &mut n, &mut err)
         };
         check_llb(st, err, "drafting tokens")?;
         out.truncate(n);

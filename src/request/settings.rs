@@ -161,8 +161,10 @@ fn validate_speculative(c: &super::wire::SpeculativeConfig) -> Result<()> {
             bail!(InvalidArgument, "field `speculative.type`: unknown type `{k}`: one of none, {}", SPECULATIVE_TYPES.join(", "));
         }
     }
-    if c.draft_model_path.is_some() || c.draft_n_gpu_layers.is_some() {
-        bail!(InvalidArgument, "field `speculative.draft_model_path`: draft models are not run by llb yet; use a self-drafting type");
+    for (field, set) in [("draft_model_path", c.draft_model_path.is_some()), ("draft_n_gpu_layers", c.draft_n_gpu_layers.is_some())] {
+        if set {
+            bail!(InvalidArgument, "field `speculative.{field}`: draft models are not run by llb yet; use a self-drafting type");
+        }
     }
     if let Some(n) = c.draft_max.filter(|n| !(1..=MAX_DRAFT).contains(n)) {
         bail!(InvalidArgument, "field `speculative.draft_max`: {n} is not 1 to {MAX_DRAFT}");

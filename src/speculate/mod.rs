@@ -86,8 +86,9 @@ pub enum Followed {
 pub struct Speculation<'a> {
     drafters: &'a Drafters,
     lane: usize,
-    /// The prompt and every token of the reply so far (drafted tokens only once accepted).
-    history: Vec<Token>,
+    /// The reply's tokens the drafter has not seen yet (it keeps the conversation itself: a step
+    /// hands it only what is new).
+    fresh: Vec<Token>,
     /// Drafted tokens not yet reached by the reply (in the sequence, after the last step).
     pending: std::collections::VecDeque<Token>,
     /// The tokens of the current draft, and how many of them the reply took so far.
@@ -104,7 +105,7 @@ impl<'a> Speculation<'a> {
         let spec = Speculation {
             drafters,
             lane,
-            history: prompt.to_vec(),
+            fresh: Vec::new(),
             pending: Default::default(),
             round: 0,
             round_accepted: 0,
@@ -116,7 +117,7 @@ impl<'a> Speculation<'a> {
 
     /// The reply's next step is `step`: how much of it the pending draft held.
     pub fn follow(&mut self, step: &[Token]) -> Followed {
-        self.history.extend_from_slice(step);
+        self.fresh.extend_from_slice(step);
         let matched = step.iter().zip(&self.pending).take_while(|(a, b)| a == b).count();
         self.pending.drain(..matched);
         self.stats.accepted += matched;
@@ -139,12 +140,12 @@ impl<'a> Speculation<'a> {
             d.drafter().accept(self.lane, accepted)?;
             (self.round, self.round_accepted) = (0, 0);
         }
-        let n_max = d.draft_max.min(room) / d.busy_lanes();
-        let Some((&last, before)) = self.history.split_last() else { return Ok(Vec::new()) };
+        let n_max = (d.draft_max / d.busy_lanes()).min(room);
         if n_max == 0 || n_max < d.draft_min {
             return Ok(Vec::new());
         }
-        let mut draft = d.drafter().draft(self.lane, before, last, n_max)?;
+        let mut draft = d.drafter().draft(self.lane, &self.fresh, n_max)?;
+        self.fresh.clear();
         draft.truncate(valid(&draft)?);
         if draft.len() < d.draft_min.max(1) {
             return Ok(Vec::new());

@@ -17,7 +17,7 @@ fn a_repeated_passage_is_drafted_from_where_it_was_seen() {
     let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap();
     let h = repeating();
     let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
-    s.history = h;
+    assert_eq!(s.follow(&h[h.len() - 1..]), Followed::Diverged { matched: 0, retract: 0 }, "no draft yet");
     let draft = s.draft(64, |t| Ok(t.len())).unwrap();
     assert_eq!(draft, (114..130).collect::<Vec<_>>(), "the phrase goes on, draft_max tokens of it");
     assert_eq!((s.stats.drafted, s.stats.accepted), (16, 0));
@@ -28,13 +28,13 @@ fn the_grammar_and_the_room_cut_a_draft_and_short_drafts_are_dropped() {
     let d = Drafters::new("ngram-simple", 12, 1, 16, 5).unwrap();
     let h = repeating();
     let mut s = Speculation::start(&d, &h).unwrap().unwrap();
-    s.history = h.clone();
     assert_eq!(s.draft(64, |_| Ok(6)).unwrap().len(), 6, "cut where the grammar stops admitting it");
     s.pending.clear();
     s.round = 0;
     assert_eq!(s.draft(3, |t| Ok(t.len())).unwrap(), Vec::<Token>::new(), "room for 3 is under draft_min 5");
     assert_eq!(s.draft(64, |_| Ok(4)).unwrap(), Vec::<Token>::new(), "4 admitted is under draft_min 5");
-    s.history.truncate(20);
+    drop(s);
+    let mut s = Speculation::start(&d, &h[..20]).unwrap().unwrap();
     assert!(s.draft(64, |t| Ok(t.len())).unwrap().is_empty(), "nothing repeats");
 }
 
@@ -51,7 +51,7 @@ fn steps_follow_the_draft_until_one_differs() {
     s.pending.extend([20, 21, 22]);
     assert_eq!(s.follow(&[7]), Followed::Diverged { matched: 0, retract: 3 }, "the whole draft taken back");
     assert_eq!(s.follow(&[8]), Followed::Diverged { matched: 0, retract: 0 }, "no draft");
-    assert_eq!(&s.history[3..], &[10, 11, 12, 13, 99, 7, 8]);
+    assert_eq!(s.fresh, [10, 11, 12, 13, 99, 7, 8], "every step goes to the drafter, once");
 }
 
 #[test]

@@ -238,9 +238,8 @@ unsafe extern "C" {
     pub fn llb_shim_spec_draft(
         s: *mut llb_shim_spec,
         lane: u32,
-        history: *const i32,
-        n_history: usize,
-        last: i32,
+        tokens: *const i32,
+        n_tokens: usize,
         n_max: i32,
         out: *mut i32,
         n_out: *mut usize,
