@@ -54,7 +54,10 @@ import reactor.core.scheduler.Schedulers;
  * <p><b>{@link #stream(Prompt)}</b> emits text and reasoning deltas as llb generates them, each tool
  * call once its arguments are complete, and last a response with the finish reason and usage. The
  * native call runs on the builder's {@link Builder#streamScheduler scheduler} (Reactor's
- * bounded-elastic by default); cancelling the subscription cancels the generation.
+ * bounded-elastic by default); cancelling the subscription cancels the generation. The stream
+ * honours backpressure: while the subscriber has no demand left, the request's decoding pauses
+ * (it keeps its place in the pool; other requests go on), so nothing is buffered without limit.
+ * Closing the pool ends such a paused request.
  *
  * <p><b>Metadata</b>: usage (prompt, completion, total tokens; {@code cacheReadInputTokens} is
  * llb's {@code cached_tokens}, the prompt prefix reused from the KV cache), the finish reason in
@@ -188,7 +191,7 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
             Observation parent = view.getOrDefault(ObservationThreadLocalAccessor.KEY, null);
             observation.parentObservation(parent);
             observation.start();
-            return Flux.<ChatResponse>create(sink -> generate(json, sink, context)).subscribeOn(streamScheduler)
+            return Flux.<ChatResponse>create(sink -> generate(json, sink, context)).subscribeOn(streamScheduler, false) // requests must not queue behind the held thread
                     .doOnError(observation::error)
                     .doFinally(signal -> observation.stop())
                     .contextWrite(c -> c.put(ObservationThreadLocalAccessor.KEY, observation));
@@ -225,9 +228,14 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
     private void generate(String json, FluxSink<ChatResponse> sink, ChatModelObservationContext context) {
         CancellationToken cancel = new CancellationToken();
         sink.onDispose(cancel::cancel);
-        Mapping.Chunks chunks = new Mapping.Chunks(modelName, sink::next);
+        Demand demand = new Demand(sink, () -> cancel.isCancelled() || pool.isClosed());
+        Mapping.Chunks chunks = new Mapping.Chunks(modelName, response -> {
+            demand.await();
+            sink.next(response);
+        });
         try {
             String completion = invoke(p -> p.stream(json, chunks::accept, cancel));
+            demand.release();
             context.setResponse(Mapping.response(completion, modelName));
             if (!cancel.isCancelled()) {
                 chunks.finish(completion);
