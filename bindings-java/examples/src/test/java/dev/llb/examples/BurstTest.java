@@ -41,8 +41,9 @@ import org.junit.jupiter.api.io.TempDir;
  * 61 refusals share the two cores of the CI machine with that, the two decoding requests and
  * whatever else runs there. Every burst is held to {@link #COLD_REFUSAL_BOUND_MS}, which tells
  * "refused at once" from "queued" (a queued request waits tens of seconds for a running one here);
- * the last, which meets the server as repeated overload leaves it, to {@link #WARM_REFUSAL_BOUND_MS}.
- * The test prints every burst's times and the load average.
+ * the last {@link #WARM_BURSTS}, which meet the server as repeated overload leaves it, to
+ * {@link #WARM_REFUSAL_BOUND_MS}, and one of them at least must refuse every request within issue
+ * 36's {@link #GOAL_REFUSAL_MS}. The test prints every burst's times and the load average.
  *
  * <p>Deterministic: the accepted requests cannot end during a burst. They ask for 3000 tokens with
  * the end-of-generation tokens biased away, and their clients do not read them. Once a burst's
@@ -58,18 +59,21 @@ class BurstTest {
     private static final ObjectMapper MAPPER = new ObjectMapper();
     private static final HttpClient HTTP = HttpClient.newHttpClient();
     private static final int CLIENTS = 64;
-    /** Bursts on one server: the first on a cold JVM, the last held to {@link #WARM_REFUSAL_BOUND_MS}. */
-    static final int BURSTS = 6;
+    /** Bursts on one server: the first on a cold JVM, the last {@link #WARM_BURSTS} on a warm one. */
+    static final int BURSTS = 12;
+    /** The last bursts, which meet the server as repeated overload leaves it (JIT-compiled). */
+    static final int WARM_BURSTS = 4;
     /** What one refusal of any burst may take; the first burst runs on a cold JVM. */
     static final long COLD_REFUSAL_BOUND_MS = 1000;
+    /** What one refusal of a warm burst may take, however busy the machine. */
+    static final long WARM_REFUSAL_BOUND_MS = 250;
     /**
-     * What one refusal of the last burst may take. Issue 36's goal is 50 ms; on the 2-core machine,
-     * shared with other sessions' builds (load average 3.4-6.7), the last burst's slowest refusal
-     * took 28-131 ms over 28 runs (median 55 ms; 13 runs within 50 ms): the two cores are shared
-     * between process groups, so what this server and test get shrinks with every other job.
+     * Issue 36's goal: every refusal of a burst within 50 ms. At least one warm burst must meet it
+     * whole; the others may lose a few ms to the machine's other jobs (the two cores are shared
+     * between process groups, so what this server and test get shrinks with every other job).
      * docs/reliability.md has the figures.
      */
-    static final long WARM_REFUSAL_BOUND_MS = 250;
+    static final long GOAL_REFUSAL_MS = 50;
 
     @TempDir
     static Path dir;
@@ -150,19 +154,26 @@ class BurstTest {
             URI base = URI.create(server.baseUrl);
             String poolUrl = base.resolve("/pool").toString();
             warmUp(server.baseUrl);
+            List<Long> warmSlowest = new ArrayList<>();
             for (int burst = 1; burst <= BURSTS; burst++) {
-                long bound = burst == BURSTS ? WARM_REFUSAL_BOUND_MS : COLD_REFUSAL_BOUND_MS;
-                runBurst(server, base, poolUrl, burst, bound);
+                boolean warm = burst > BURSTS - WARM_BURSTS;
+                long slowest = runBurst(server, base, poolUrl, burst, warm ? WARM_REFUSAL_BOUND_MS : COLD_REFUSAL_BOUND_MS);
+                if (warm) {
+                    warmSlowest.add(slowest);
+                }
             }
+            assertTrue(warmSlowest.stream().anyMatch(ms -> ms <= GOAL_REFUSAL_MS), "no warm burst refused all of its"
+                    + " requests within " + GOAL_REFUSAL_MS + " ms; their slowest refusals: " + warmSlowest + " ms");
         }
         System.out.printf("burst test: %.1f s%n", (System.nanoTime() - testStart) / 1e9);
     }
 
-    /** One burst, its checks, then the pool emptied for the next. */
-    private static void runBurst(ServerProcess server, URI base, String poolUrl, int burst, long bound) throws Exception {
+    /** One burst, its checks, then the pool emptied for the next; returns its slowest refusal's ms. */
+    private static long runBurst(ServerProcess server, URI base, String poolUrl, int burst, long bound) throws Exception {
         JsonNode before = pool(poolUrl);
         assertEquals(0, before.path("running").asInt() + before.path("queued").asInt(),
                 "the pool before burst " + burst + ": " + before);
+        long slowest;
         try (Selector selector = Selector.open()) {
             List<Conn> conns = new ArrayList<>();
             for (int i = 0; i < CLIENTS; i++) {
@@ -203,6 +214,7 @@ class BurstTest {
                     + " refusal times p50 %d ms, max %d ms (load average %s)%n", burst, BURSTS,
                     burst == 1 ? " (cold JVM)" : "", accepted.size() + waiting.size(), refused.size(), burstMillis,
                     times.get(times.size() / 2), times.get(times.size() - 1), loadAverage());
+            slowest = times.get(times.size() - 1);
             for (Conn c : refused) {
                 assertEquals("1", c.headers.get("retry-after"), c.headers.toString());
                 JsonNode error = MAPPER.readTree(c.body).path("error");
@@ -233,6 +245,7 @@ class BurstTest {
         }
         assertEquals(0, stats.path("running").asInt() + stats.path("queued").asInt(),
                 "the closed streams of burst " + burst + " still hold the pool: " + stats);
+        return slowest;
     }
 
     /** Reads what has arrived, waiting up to {@code timeoutMs} (0: not at all). */
