@@ -23,6 +23,7 @@ extern "C" {
 #endif
 
 struct llama_model;
+struct llama_context;
 
 typedef enum llb_shim_status {
     LLB_SHIM_OK = 0,
@@ -210,6 +211,16 @@ void llb_shim_triggers_free(llb_shim_triggers *t);
 typedef struct llb_shim_spec llb_shim_spec;
 llb_shim_status llb_shim_spec_new(const char *type, uint32_t n_seq, uint16_t ngram_size, llb_shim_spec **out,
                                   char **err);
+/*
+ * draft-simple: drafts with `draft`, a model of the target's vocabulary (llama.cpp's check,
+ * common_speculative_are_compatible; another vocabulary is LLB_SHIM_INVALID), in a context of its
+ * own (n_ctx cells shared by n_seq lanes, n_batch, n_threads) that the shim keeps in step with each
+ * lane's conversation. `ctx_tgt` is the target's context, read for its model only. Drafts hold at
+ * most `n_max` tokens. Both models must outlive the drafter.
+ */
+llb_shim_status llb_shim_spec_new_draft(const struct llama_context *ctx_tgt, const struct llama_model *draft,
+                                        uint32_t n_ctx, uint32_t n_batch, int32_t n_threads, uint32_t n_seq,
+                                        int32_t n_max, llb_shim_spec **out, char **err);
 llb_shim_status llb_shim_spec_begin(llb_shim_spec *s, uint32_t lane, const int32_t *prompt, size_t n_prompt,
                                     char **err);
 llb_shim_status llb_shim_spec_draft(llb_shim_spec *s, uint32_t lane, const int32_t *tokens, size_t n_tokens,

@@ -10,16 +10,17 @@
 //! own callback. Either way a request runs on its caller's thread ([`generate`]), and its events
 //! are sent from there.
 
-use crate::error::{bail, Result};
+use crate::backend::LoadParams;
+use crate::error::{bail, Error, ErrorCode, Result};
 use crate::generate::Run;
 use crate::model::{self, Model};
 use crate::model_info;
 use crate::prompt::Prompter;
 use crate::prompt_cache;
-use crate::request::{self, ChatRequest, EngineConfig, EngineSettings, HandleKind, ResolvedRequest};
+use crate::request::{self, ChatRequest, DraftModel, EngineConfig, EngineSettings, HandleKind, ResolvedRequest};
 use crate::scheduler::{SchedConfig, Scheduler};
 use crate::session::ReplyBook;
-use crate::shim::{Probe, Templates};
+use crate::shim::{DraftContext, Probe, Templates};
 use crate::speculate::Drafters;
 use crate::sys;
 use crate::tokens::Vocab;
@@ -123,7 +124,7 @@ impl Chat {
                 backend: ctx_params,
             },
         )?;
-        let drafters = drafters(&settings, &model)?;
+        let drafters = drafters(&settings, &model, &sched, &load)?;
         let vocab = Arc::new(Vocab::new(model));
         Ok(Chat {
             sched,
@@ -162,11 +163,46 @@ impl Chat {
 /// The drafter of speculative decoding (docs/design.md, "Speculative decoding"), one lane per
 /// request that runs at once. None for a model whose memory cannot cut a sequence (recurrent
 /// and hybrid models: every rejected draft would rebuild the sequence).
-fn drafters(settings: &EngineSettings, model: &Model) -> Result<Option<Drafters>> {
-    // SAFETY: the model is alive for the calls.
-    let cut = unsafe { !sys::llama_model_is_recurrent(model.raw()) && !sys::llama_model_is_hybrid(model.raw()) };
+fn drafters(settings: &EngineSettings, model: &Model, sched: &Scheduler, load: &LoadParams) -> Result<Option<Drafters>> {
+    if !can_cut(model) {
+        return Ok(None);
+    }
     let s = &settings.speculative;
-    cut.then(|| Drafters::new(s.kind, s.ngram_size, settings.n_parallel as usize, s.draft_max, s.draft_min)).transpose()
+    let lanes = settings.n_parallel as usize;
+    let Some(draft) = &s.draft_model else {
+        return Drafters::new(s.kind, s.ngram_size, lanes, s.draft_max, s.draft_min).map(Some);
+    };
+    let draft_model = load_draft_model(draft, load)?;
+    let ctx = DraftContext { n_ctx: settings.n_ctx, n_batch: settings.n_batch, n_threads: settings.n_threads };
+    // SAFETY: the scheduler's live context, read for its model only.
+    unsafe { Drafters::with_model(sched.context_for_drafter(), draft_model, ctx, lanes, s.draft_max, s.draft_min) }
+        .map(Some)
+}
+
+/// Whether `model`'s memory can cut a sequence (not recurrent, not hybrid).
+fn can_cut(model: &Model) -> bool {
+    // SAFETY: the model is alive for the calls.
+    unsafe { !sys::llama_model_is_recurrent(model.raw()) && !sys::llama_model_is_hybrid(model.raw()) }
+}
+
+/// draft-simple's model, loaded as the target is (its layers on the GPU as many as the target's
+/// unless `draft_n_gpu_layers` says).
+fn load_draft_model(draft: &DraftModel, load: &LoadParams) -> Result<Arc<Model>> {
+    if !draft.path.is_file() {
+        return Err(Error::new(
+            ErrorCode::IoError,
+            format!("speculative.draft_model_path: no such file: {}", draft.path.display()),
+        ));
+    }
+    let params = LoadParams { n_gpu_layers: draft.n_gpu_layers.unwrap_or(load.n_gpu_layers), ..load.clone() };
+    let model = model::acquire_with(&draft.path, &params)?;
+    if !can_cut(&model) {
+        return Err(Error::new(
+            ErrorCode::InvalidArgument,
+            "speculative.draft_model_path: a recurrent or hybrid model cannot draft (its memory cannot take drafted tokens back)",
+        ));
+    }
+    Ok(model)
 }
 
 /// An engine: one conversation's context over a shared model.

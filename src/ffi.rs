@@ -207,8 +207,11 @@ unsafe fn engine_config(config_json: *const c_char) -> crate::error::Result<crat
 /// that name overrides it.
 /// `"speculative": {"type": "ngram-mod", "draft_max": 16, "draft_min": 0, "ngram_size": 4}` (each
 /// optional; `type` one of llama.cpp's n-gram drafters or `"none"`): tokens the reply copies from
-/// the conversation are drafted and verified in one decode, losslessly; a request's
-/// `"speculative": false | true` overrides it; `timings.draft_n` / `draft_accepted_n` count them.
+/// the conversation are drafted and verified in one decode, losslessly; with
+/// `"draft_model_path": "draft.gguf"` (type `draft-simple`; `"draft_n_gpu_layers": N`, default the
+/// model's) a smaller model of the same vocabulary drafts (another vocabulary is `invalid_argument`);
+/// a request's `"speculative": false | true` overrides it; `timings.draft_n` / `draft_accepted_n`
+/// count them.
 /// `"reasoning_budget": N` is the default reasoning budget in tokens (-1 unlimited, 0 thinking
 /// off where the template allows; as llama-server's `--reasoning-budget`): past it the template's
 /// end-of-thinking tag is forced and the reply goes on. A request's own field overrides it;

@@ -570,6 +570,40 @@ impl SpecDrafter {
         Ok(SpecDrafter { raw: out })
     }
 
+    /// A `draft-simple` drafter for `lanes` lanes: `draft` proposes up to `n_max` tokens, in a
+    /// context of its own (`n_ctx` cells, `n_batch`, `n_threads`). Refused (`invalid_argument`)
+    /// when `draft`'s vocabulary is not the target's (llama.cpp's check).
+    ///
+    /// # Safety
+    /// `ctx_tgt` is the target's live context (read for its model only, during this call);
+    /// `draft` is a live model that must outlive the drafter.
+    pub unsafe fn new_draft(
+        ctx_tgt: *const sys::llama_context,
+        draft: *const sys::llama_model,
+        ctx: DraftContext,
+        lanes: usize,
+        n_max: usize,
+    ) -> Result<SpecDrafter> {
+        let mut out = ptr::null_mut();
+        let mut err = ptr::null_mut();
+        // SAFETY: live context (caller) and model; `out` is a valid out-pointer.
+        let st = unsafe {
+            sys::llb_shim_spec_new_draft(
+                ctx_tgt,
+                draft,
+                ctx.n_ctx,
+                ctx.n_batch,
+                ctx.n_threads as i32,
+                lanes as u32,
+                n_max.min(i32::MAX as usize) as i32,
+                &mut out,
+                &mut err,
+            )
+        };
+        check(st, err, "the draft model")?;
+        Ok(SpecDrafter { raw: out })
+    }
+
     /// Starts `lane`'s generation after `prompt`.
     pub fn begin(&mut self, lane: usize, prompt: &[sys::llama_token]) -> Result<()> {
         let mut err = ptr::null_mut();
@@ -600,6 +634,14 @@ impl SpecDrafter {
         let st = unsafe { sys::llb_shim_spec_accept(self.raw, lane as u32, n.min(u16::MAX as usize) as u16, &mut err) };
         check_llb(st, err, "accepting a draft")
     }
+}
+
+/// The draft model's context: its size, batch and threads.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftContext {
+    pub n_ctx: u32,
+    pub n_batch: u32,
+    pub n_threads: usize,
 }
 
 impl Drop for SpecDrafter {

@@ -2,7 +2,8 @@
 //! one decode, and the reply is token for token the reply without speculation (the same rows, the
 //! same sampler, grammar and random draws). Across template families, for strict and auto calls,
 //! response_format, streams (the same deltas) and a pool; seeded sampling reproduces; the switch
-//! and the config are checked by name.
+//! and the config are checked by name; a draft model of the same vocabulary drafts (draft-simple), one of
+//! another is refused.
 //!
 //! Identity holds where llama.cpp's kernels give a token decoded alone the same logits as the
 //! same token verified in a batch: on a CPU with flash attention (llb's default), for KV windows
@@ -12,6 +13,7 @@ mod common;
 
 use common::cabi::{assert_stream_matches, CEngine, CPool, Events};
 use common::*;
+use llb::fixture::FixtureOptions;
 use serde_json::{json, Value};
 
 /// Drafting on whatever repeats (random weights loop): ngram-simple on 2-grams, drafts of up to 8.
@@ -69,6 +71,21 @@ fn deltas(chunks: &[Value]) -> Vec<Value> {
     out
 }
 
+/// A strict call streamed with and without speculation: each stream matches its reply, and the
+/// chunks are the same, delta for delta.
+fn assert_same_deltas(e: &CEngine, label: &str) {
+    let mut streams = Vec::new();
+    for spec in [true, false] {
+        e.events.clear();
+        let mut req = request("required", spec);
+        req["stream"] = json!(true);
+        let r = e.infer(&req);
+        assert_stream_matches(&format!("{label} stream {spec}"), &e.events.chunks(), &r);
+        streams.push(deltas(&e.events.chunks()));
+    }
+    assert_eq!(streams[0], streams[1], "{label}: the deltas with speculation are the deltas without");
+}
+
 #[test]
 fn replies_and_streams_are_the_same_with_and_without_speculation_across_families() {
     let mut accepted = 0;
@@ -85,17 +102,7 @@ fn replies_and_streams_are_the_same_with_and_without_speculation_across_families
             assert!(a <= n, "{label}: {on}");
             accepted += a;
         }
-        // Streaming: the same chunks, delta for delta.
-        let mut streams = Vec::new();
-        for spec in [true, false] {
-            e.events.clear();
-            let mut req = request("required", spec);
-            req["stream"] = json!(true);
-            let r = e.infer(&req);
-            assert_stream_matches(&format!("{family} stream {spec}"), &e.events.chunks(), &r);
-            streams.push(deltas(&e.events.chunks()));
-        }
-        assert_eq!(streams[0], streams[1], "{family}: the deltas with speculation are the deltas without");
+        assert_same_deltas(&e, family);
     }
     assert!(accepted > 0, "no draft was ever accepted: the comparison tested nothing");
 }
@@ -180,8 +187,12 @@ fn the_switch_and_the_config_are_checked_by_name() {
     refused(json!({"draft_max": 4, "draft_min": 5}), "speculative.draft_min");
     refused(json!({"draft_min": -1}), "speculative.draft_min");
     refused(json!({"type": "ngram-fast"}), "speculative.type");
-    refused(json!({"type": "draft-simple", "draft_model_path": "/m.gguf"}), "draft-simple");
-    refused(json!({"draft_model_path": "/m.gguf"}), "speculative.draft_model_path");
+    refused(json!({"type": "draft-simple"}), "speculative.draft_model_path");
+    refused(json!({"type": "ngram-mod", "draft_model_path": path}), "speculative.draft_model_path");
+    refused(json!({"draft_n_gpu_layers": 4}), "speculative.draft_n_gpu_layers");
+    refused(json!({"draft_model_path": path, "draft_n_gpu_layers": -2}), "speculative.draft_n_gpu_layers");
+    refused(json!({"type": "draft-mtp", "draft_model_path": path}), "draft-mtp");
+    refused(json!({"type": "draft-eagle3"}), "draft-eagle3");
     refused(json!({"ngram_size": 0}), "speculative.ngram_size");
     refused(json!({"draft_max": "many"}), "speculative.draft_max");
     // "none": off unless a request asks; a request's field wins either way.
@@ -225,4 +236,62 @@ fn drafts_survive_parking_and_cancellation() {
     let r = pool.infer_with(&req, &events);
     assert_eq!(r["choices"][0]["finish_reason"], "cancelled", "{r}");
     assert_eq!(reply(&pool.infer(&request("required", true))), reply(&pool.infer(&request("required", false))));
+}
+
+/// A draft model of the same vocabulary (`draft-simple`): the same fixture drafts what the model
+/// says (nearly every draft accepted), another one (other weights) drafts what it would say; either
+/// way the reply is the one without speculation, solo, streamed and in a pool.
+#[test]
+fn a_draft_model_drafts_and_the_reply_is_the_one_without_speculation() {
+    let path = corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false);
+    let mut other = FixtureOptions::new("qwen2");
+    other.seed = 7;
+    let other = fixture_with("draft-qwen2-seed7", &other);
+    for (draft, same) in [(&path, true), (&other, false)] {
+        let mut c = json!({"model_path": path, "n_ctx": 2048, "n_threads": 1,
+            "speculative": {"draft_model_path": draft, "draft_max": 6}});
+        let e = CEngine::open(&c).unwrap_or_else(|f| panic!("{f}"));
+        for kind in ["required", "text"] {
+            let (on, off) = (e.infer(&request(kind, true)), e.infer(&request(kind, false)));
+            assert_eq!(reply(&on), reply(&off), "{kind}, draft {draft:?}: with\n{on}\nwithout\n{off}");
+            let (n, a) = drafted(&on);
+            assert!(n > 0 && a <= n, "{kind}: the draft model drafted: {on}");
+            if same {
+                assert!(a * 10 >= n * 9, "{kind}: the model itself drafts what it says: {a} of {n} accepted");
+            }
+        }
+        assert_same_deltas(&e, "draft model");
+        c["n_parallel"] = json!(2);
+        let pool = CPool::open(&c).unwrap_or_else(|f| panic!("{f}"));
+        let kinds = ["required", "text"];
+        let solo: Vec<Value> = kinds.iter().map(|k| reply(&e.infer(&request(k, false)))).collect();
+        let together: Vec<Value> = std::thread::scope(|s| {
+            let handles: Vec<_> = kinds.iter().map(|k| s.spawn(|| pool.infer(&request(k, true)))).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for ((k, want), got) in kinds.iter().zip(&solo).zip(&together) {
+            assert_eq!(&reply(got), want, "pool {k}: {got}");
+            assert!(drafted(got).0 > 0, "pool {k}: the draft model drafted: {got}");
+        }
+    }
+}
+
+/// A draft model of another vocabulary is refused at create, with llama.cpp's check and words.
+#[test]
+fn a_draft_model_of_another_vocabulary_is_refused_at_create() {
+    let path = corpus_fixture("Qwen-Qwen2.5-7B-Instruct", false);
+    let spm = fixture_with("draft-llama-spm", &FixtureOptions::new("llama-spm"));
+    let f = CEngine::open(&json!({"model_path": path, "n_ctx": 1024, "n_threads": 1,
+        "speculative": {"type": "draft-simple", "draft_model_path": spm}}))
+    .err()
+    .expect("a draft model of another vocabulary was accepted");
+    assert_eq!(f["code"], "invalid_argument", "{f}");
+    let m = f["message"].as_str().unwrap();
+    assert!(m.contains("draft model") && m.contains("vocab"), "{f}");
+    let missing = CEngine::open(&json!({"model_path": path, "n_ctx": 1024, "n_threads": 1,
+        "speculative": {"draft_model_path": "/no/such/draft.gguf"}}))
+    .err()
+    .expect("a missing draft model was accepted");
+    assert_eq!(missing["code"], "io_error", "{missing}");
+    assert!(missing["message"].as_str().unwrap().contains("draft_model_path"), "{missing}");
 }

@@ -25,8 +25,8 @@ pub const SLOTS_PER_PARALLEL: usize = 4;
 /// The self-drafting speculative types llb runs, by llama.cpp's names (common/speculative.h):
 /// they draft from the tokens of the conversation itself.
 pub const SPECULATIVE_TYPES: [&str; 5] = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"];
-/// llama.cpp's types that draft with a second model: refused by name (not run yet).
-pub const DRAFT_MODEL_TYPES: [&str; 3] = ["draft-simple", "draft-eagle3", "draft-mtp"];
+/// The draft-model type llb runs: a smaller model of the same vocabulary drafts.
+pub const DRAFT_SIMPLE: &str = "draft-simple";
 /// The drafter when the config names none (docs/design.md, "Speculative decoding": it costs
 /// nothing measurable where nothing repeats, and drafts the longest copies).
 pub const DEFAULT_SPECULATIVE_TYPE: &str = "ngram-mod";
@@ -119,7 +119,7 @@ pub struct EngineSettings {
 /// How an engine or pool speculates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Speculation {
-    /// The drafter (a name of [`SPECULATIVE_TYPES`]): `speculative.type`, default
+    /// The drafter (a name of [`SPECULATIVE_TYPES`], or [`DRAFT_SIMPLE`]): `speculative.type`, default
     /// [`DEFAULT_SPECULATIVE_TYPE`]; with `"none"`, still the default one, for requests that
     /// ask for speculation themselves.
     pub kind: &'static str,
@@ -131,40 +131,76 @@ pub struct Speculation {
     pub draft_min: usize,
     /// The n-gram looked up: `speculative.ngram_size`, default [`DEFAULT_NGRAM_SIZE`].
     pub ngram_size: u16,
+    /// `draft-simple`'s model: `speculative.draft_model_path` (its type then defaults to
+    /// `draft-simple`, as llama.cpp's does).
+    pub draft_model: Option<DraftModel>,
+}
+
+/// A draft model: its GGUF, and its layers on the GPU (None: as many as the target's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraftModel {
+    pub path: std::path::PathBuf,
+    pub n_gpu_layers: Option<i32>,
 }
 
 impl Speculation {
     fn resolve(config: Option<&super::wire::SpeculativeConfig>) -> Speculation {
         let c = config.cloned().unwrap_or_default();
         let named = c.kind.as_deref().and_then(|k| SPECULATIVE_TYPES.iter().copied().find(|t| *t == k));
+        let draft_model =
+            c.draft_model_path.map(|p| DraftModel { path: p.into(), n_gpu_layers: c.draft_n_gpu_layers });
+        let kind = if draft_model.is_some() { DRAFT_SIMPLE } else { named.unwrap_or(DEFAULT_SPECULATIVE_TYPE) };
         Speculation {
-            kind: named.unwrap_or(DEFAULT_SPECULATIVE_TYPE),
+            kind,
             by_default: c.kind.as_deref() != Some("none"),
             draft_max: c.draft_max.map_or(DEFAULT_DRAFT_MAX, |n| n as usize),
             draft_min: c.draft_min.map_or(0, |n| n as usize),
             ngram_size: c.ngram_size.map_or(DEFAULT_NGRAM_SIZE, |n| n as u16),
+            draft_model,
         }
+    }
+}
+
+/// Why llb refuses a draft-model type it does not run, or None.
+fn unrun_draft_type(kind: &str) -> Option<&'static str> {
+    match kind {
+        "draft-eagle3" => Some("llama.cpp b9371's draft-eagle3 drafts nothing yet (its implementation is a TODO there); use draft-simple with a draft model, or a self-drafting type"),
+        "draft-mtp" => Some("llb does not run draft-mtp yet (it drafts from the model's own MTP heads and needs the target's embeddings of every decode); use draft-simple with a draft model, or a self-drafting type"),
+        _ => None,
     }
 }
 
 /// Checks `speculative` of a config: a known type llb runs, and draft sizes in range.
 fn validate_speculative(c: &super::wire::SpeculativeConfig) -> Result<()> {
-    if let Some(k) = c.kind.as_deref() {
-        if DRAFT_MODEL_TYPES.contains(&k) {
+    let kind = c.kind.as_deref();
+    if let Some(k) = kind {
+        if let Some(why) = unrun_draft_type(k) {
+            bail!(InvalidArgument, "field `speculative.type`: `{k}`: {why}");
+        }
+        if k != "none" && k != DRAFT_SIMPLE && !SPECULATIVE_TYPES.contains(&k) {
             bail!(
                 InvalidArgument,
-                "field `speculative.type`: `{k}` drafts with a second model, which llb does not run yet; use a self-drafting type ({})",
+                "field `speculative.type`: unknown type `{k}`: one of none, {}, {DRAFT_SIMPLE}",
                 SPECULATIVE_TYPES.join(", ")
             );
         }
-        if k != "none" && !SPECULATIVE_TYPES.contains(&k) {
-            bail!(InvalidArgument, "field `speculative.type`: unknown type `{k}`: one of none, {}", SPECULATIVE_TYPES.join(", "));
-        }
     }
-    for (field, set) in [("draft_model_path", c.draft_model_path.is_some()), ("draft_n_gpu_layers", c.draft_n_gpu_layers.is_some())] {
-        if set {
-            bail!(InvalidArgument, "field `speculative.{field}`: draft models are not run by llb yet; use a self-drafting type");
+    match (kind, c.draft_model_path.as_deref()) {
+        (Some(DRAFT_SIMPLE), None) => {
+            bail!(InvalidArgument, "field `speculative.draft_model_path`: `{DRAFT_SIMPLE}` needs a draft model's GGUF")
         }
+        (Some(k), Some(_)) if k != DRAFT_SIMPLE => bail!(
+            InvalidArgument,
+            "field `speculative.draft_model_path`: type `{k}` drafts without a model; a draft model is type `{DRAFT_SIMPLE}`"
+        ),
+        (_, Some("")) => bail!(InvalidArgument, "field `speculative.draft_model_path`: empty"),
+        _ => {}
+    }
+    if c.draft_n_gpu_layers.is_some() && c.draft_model_path.is_none() {
+        bail!(InvalidArgument, "field `speculative.draft_n_gpu_layers`: there is no draft model (`draft_model_path`)");
+    }
+    if let Some(n) = c.draft_n_gpu_layers.filter(|n| *n < -1) {
+        bail!(InvalidArgument, "field `speculative.draft_n_gpu_layers`: {n} is not -1 (all) or a layer count");
     }
     if let Some(n) = c.draft_max.filter(|n| !(1..=MAX_DRAFT).contains(n)) {
         bail!(InvalidArgument, "field `speculative.draft_max`: {n} is not 1 to {MAX_DRAFT}");

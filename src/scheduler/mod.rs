@@ -172,7 +172,17 @@ const SUBMIT_SPIN: Duration = Duration::from_micros(60);
 pub struct Scheduler {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The context, for llama.cpp's draft-model check ([`Scheduler::context_for_drafter`]).
+    ctx: ContextRef,
 }
+
+/// The scheduler's context as others may see it: its address, for calls that read what it was
+/// made from (its model), never for decoding.
+struct ContextRef(*const sys::llama_context);
+// SAFETY: only handed to llama.cpp calls that read the context's model (see context_for_drafter).
+unsafe impl Send for ContextRef {}
+// SAFETY: as above.
+unsafe impl Sync for ContextRef {}
 
 struct Context(*mut sys::llama_context);
 // SAFETY: the context is used by the scheduler thread only.
@@ -235,13 +245,18 @@ impl Scheduler {
         let pool = unsafe { ComputePool::attach(ctx, shared.config.n_threads, shared.config.thread_poll) };
         // SAFETY: live context of `model`, used by this thread only until the worker starts.
         unsafe { warm_up(ctx, model, shared.config.n_threads) };
-        let ctx = Context(ctx);
-        let worker = Worker::new(shared.clone(), model, ctx, pool);
+        let worker = Worker::new(shared.clone(), model, Context(ctx), pool);
         let thread = std::thread::Builder::new()
             .name("llb-scheduler".into())
             .spawn(move || worker.run())
             .map_err(|e| Error::new(ErrorCode::Internal, format!("cannot start the scheduler thread: {e}")))?;
-        Ok(Scheduler { shared, thread: Some(thread) })
+        Ok(Scheduler { shared, thread: Some(thread), ctx: ContextRef(ctx) })
+    }
+
+    /// The context, for llama.cpp's draft-simple drafter, which reads the target's model from it
+    /// once, when it is made (its vocabulary check). Nothing may decode on it but the scheduler.
+    pub fn context_for_drafter(&self) -> *const sys::llama_context {
+        self.ctx.0
     }
 
     /// Takes one of the `n_parallel + max_queue` places of this scheduler, before the request's

@@ -17,14 +17,17 @@
 //! at any temperature and seed (llama.cpp's acceptance rule, common_sampler_sample_and_accept_n).
 
 use crate::error::Result;
-use crate::shim::SpecDrafter;
+use crate::model::Model;
+use crate::shim::{DraftContext, SpecDrafter};
 use crate::tokens::Token;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// An engine's or pool's drafter: llama.cpp's drafter for `lanes` requests at once (a request
 /// takes a free lane for its generation, or goes without speculation when none is free).
 pub struct Drafters {
     drafter: Mutex<SpecDrafter>,
+    /// draft-simple's model, kept alive after the drafter (declared after it: dropped after it).
+    _model: Option<Arc<Model>>,
     free: Mutex<Vec<usize>>,
     lanes: usize,
     /// The most tokens a draft holds, and the fewest worth verifying.
@@ -37,13 +40,37 @@ impl Drafters {
     /// requests at once.
     pub fn new(kind: &str, ngram_size: u16, lanes: usize, draft_max: usize, draft_min: usize) -> Result<Drafters> {
         let lanes = lanes.max(1);
-        Ok(Drafters {
-            drafter: Mutex::new(SpecDrafter::new(kind, lanes, ngram_size)?),
+        Ok(Drafters::of(SpecDrafter::new(kind, lanes, ngram_size)?, None, lanes, draft_max, draft_min))
+    }
+
+    /// `draft-simple`: `model` drafts, in a context of its own (`ctx`), for `lanes` requests at
+    /// once. Refused (`invalid_argument`) when its vocabulary is not the target's.
+    ///
+    /// # Safety
+    /// `ctx_tgt` is the target's live context (its model is read once, for the check).
+    pub unsafe fn with_model(
+        ctx_tgt: *const crate::sys::llama_context,
+        model: Arc<Model>,
+        ctx: DraftContext,
+        lanes: usize,
+        draft_max: usize,
+        draft_min: usize,
+    ) -> Result<Drafters> {
+        let lanes = lanes.max(1);
+        // SAFETY: live target context (caller); `model` outlives the drafter (kept with it).
+        let drafter = unsafe { SpecDrafter::new_draft(ctx_tgt, model.raw(), ctx, lanes, draft_max)? };
+        Ok(Drafters::of(drafter, Some(model), lanes, draft_max, draft_min))
+    }
+
+    fn of(drafter: SpecDrafter, model: Option<Arc<Model>>, lanes: usize, draft_max: usize, draft_min: usize) -> Drafters {
+        Drafters {
+            drafter: Mutex::new(drafter),
+            _model: model,
             free: Mutex::new((0..lanes).rev().collect()),
             lanes,
             draft_max,
             draft_min,
-        })
+        }
     }
 
     fn drafter(&self) -> MutexGuard<'_, SpecDrafter> {

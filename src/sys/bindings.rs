@@ -27,6 +27,11 @@ pub type __off64_t = ::std::os::raw::c_long;
 pub struct llama_model {
     _unused: [u8; 0],
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct llama_context {
+    _unused: [u8; 0],
+}
 pub const LLB_SHIM_OK: llb_shim_status = 0;
 pub const LLB_SHIM_IO: llb_shim_status = 1;
 pub const LLB_SHIM_NOT_GGUF: llb_shim_status = 2;
@@ -221,6 +226,19 @@ unsafe extern "C" {
         type_: *const ::std::os::raw::c_char,
         n_seq: u32,
         ngram_size: u16,
+        out: *mut *mut llb_shim_spec,
+        err: *mut *mut ::std::os::raw::c_char,
+    ) -> llb_shim_status;
+}
+unsafe extern "C" {
+    pub fn llb_shim_spec_new_draft(
+        ctx_tgt: *const llama_context,
+        draft: *const llama_model,
+        n_ctx: u32,
+        n_batch: u32,
+        n_threads: i32,
+        n_seq: u32,
+        n_max: i32,
         out: *mut *mut llb_shim_spec,
         err: *mut *mut ::std::os::raw::c_char,
     ) -> llb_shim_status;
@@ -898,11 +916,6 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn gguf_get_meta_data(ctx: *const gguf_context, data: *mut ::std::os::raw::c_void);
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct llama_context {
-    _unused: [u8; 0],
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

@@ -11,8 +11,10 @@ import java.util.Map;
  * decoding"): a drafter guesses the next tokens, and the model checks the whole guess in one batch
  * and keeps the drafted tokens it would have generated itself. The n-gram drafters
  * ({@code ngram-*}) guess from the tokens of the conversation itself (text the reply copies: code
- * under edit, quoted documents, JSON); the {@code draft-*} types draft with a second, smaller
- * model ({@code draft_model_path}), and llb refuses by name a type it does not run. A completion
+ * under edit, quoted documents, JSON); {@code draft-simple} drafts with a second, smaller model
+ * of the same vocabulary ({@code draft_model_path}, {@link #draftModel}; llb refuses at open one
+ * whose vocabulary differs), and llb refuses by name the types it does not run
+ * ({@code draft-eagle3}, {@code draft-mtp}). A completion
  * reports {@code timings.draft_n} (tokens drafted) and {@code timings.draft_accepted_n} (of those,
  * the tokens the model accepted). A request's {@code "speculative": false} (or {@code true})
  * overrides the config for that request.
@@ -109,6 +111,17 @@ public record Speculative(String type, Integer draftMax, Integer draftMin, Path 
                     + type + "\"");
         }
         return DEFAULT.withType(type);
+    }
+
+    /**
+     * {@code draft-simple}: {@code gguf}, a smaller model of the same vocabulary, drafts (its layers
+     * on the GPU as many as the model's), with llb's default draft sizes.
+     *
+     * @param gguf the draft model's GGUF file
+     * @return the settings
+     */
+    public static Speculative draftModel(Path gguf) {
+        return DEFAULT.withType("draft-simple").withDraftModel(gguf);
     }
 
     /**

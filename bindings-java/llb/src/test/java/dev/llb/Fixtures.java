@@ -46,15 +46,24 @@ final class Fixtures {
         return run(dir.resolve(name), List.of("--vocab-only", "--template-text", templateText));
     }
 
+    /** Another vocabulary than the other models' (llama-spm), no chat template: a draft model they refuse. */
+    static Path otherVocabularyModel(Path dir) {
+        return run(dir.resolve("llama-spm.gguf"), "llama-spm", List.of("--no-template"));
+    }
+
     private static Path generate(Path dir, String name, String template) {
         return run(dir.resolve(name), List.of("--template", template));
     }
 
     private static Path run(Path out, List<String> templateArgs) {
+        return run(out, "qwen2", templateArgs);
+    }
+
+    private static Path run(Path out, String vocab, List<String> templateArgs) {
         if (Files.exists(out)) {
             return out;
         }
-        List<String> command = new java.util.ArrayList<>(List.of(cli().toString(), "fixture", "--vocab", "qwen2"));
+        List<String> command = new java.util.ArrayList<>(List.of(cli().toString(), "fixture", "--vocab", vocab));
         command.addAll(templateArgs);
         command.addAll(List.of("--out", out.toString()));
         try {

@@ -125,6 +125,25 @@ class SpeculativeTest {
         assertTrue(e.getMessage().contains("speculative.draft_model_path"), e.getMessage());
     }
 
+    @Test
+    void aDraftModelOfTheSameVocabularyDraftsAndOneOfAnotherIsRefused() {
+        Path model = Fixtures.toolModel(dir);
+        ChatConfig config = Fixtures.config(model).withSpeculative(Speculative.draftModel(model).withDraftMax(6));
+        assertEquals(Json.parse("{\"type\":\"draft-simple\",\"draft_model_path\":" + Json.MAPPER.valueToTree(model.toString())
+                + ",\"draft_max\":6}"), Json.parse(config.toJson()).path("speculative"));
+        try (ChatEngine engine = ChatEngine.open(config)) {
+            JsonNode on = Json.parse(engine.infer(request(true)));
+            JsonNode off = Json.parse(engine.infer(request(false)));
+            assertEquals(off.path("choices").path(0).path("message").path("content"),
+                    on.path("choices").path(0).path("message").path("content"), on.toString());
+            assertTrue(on.path("timings").path("draft_accepted_n").asInt(-1) > 0, "the draft model's drafts were accepted: " + on);
+        }
+        LlbException e = assertThrows(LlbException.class, () -> ChatEngine.open(Fixtures.config(model)
+                .withSpeculative(Speculative.draftModel(Fixtures.otherVocabularyModel(dir)))).close());
+        assertEquals("invalid_argument", e.code(), e.getMessage());
+        assertTrue(e.getMessage().contains("vocab"), e.getMessage());
+    }
+
     private static String request(boolean speculative) {
         return Json.MAPPER.valueToTree(Map.of("messages", List.of(Map.of("role", "user", "content", "Repeat: a b c a b c")),
                 "tool_choice", "none", "max_tokens", 100, "temperature", 0, "speculative", speculative)).toString();
