@@ -121,6 +121,8 @@ pub struct Speculation<'a> {
     /// The tokens of the current draft, and how many of them the reply took so far.
     round: usize,
     round_accepted: usize,
+    /// The drafter failed (a draft model's decode, say): this request drafts no more.
+    failed: bool,
     pub stats: DraftStats,
 }
 
@@ -136,6 +138,7 @@ impl<'a> Speculation<'a> {
             pending: Default::default(),
             round: 0,
             round_accepted: 0,
+            failed: false,
             stats: DraftStats::default(),
         };
         drafters.drafter().begin(lane, prompt)?;
@@ -162,17 +165,12 @@ impl<'a> Speculation<'a> {
     /// nothing repeats or the draft is shorter than `draft_min`.
     pub fn draft(&mut self, room: usize, valid: impl FnOnce(&[Token]) -> Result<usize>) -> Result<Vec<Token>> {
         let d = self.drafters;
-        if self.round > 0 {
-            let accepted = self.round_accepted;
-            d.drafter().accept(self.lane, accepted)?;
-            (self.round, self.round_accepted) = (0, 0);
-        }
         let n_max = (d.draft_max / d.busy_lanes()).min(room);
-        if n_max == 0 || n_max < d.draft_min {
+        if self.failed || n_max == 0 || n_max < d.draft_min {
             return Ok(Vec::new());
         }
-        let mut draft = d.drafter().draft(self.lane, &self.fresh, n_max)?;
-        self.fresh.clear();
+        let drafted = self.propose(n_max);
+        let Some(mut draft) = self.survive(drafted) else { return Ok(Vec::new()) };
         draft.truncate(valid(&draft)?);
         if draft.len() < d.draft_min.max(1) {
             return Ok(Vec::new());
@@ -181,6 +179,33 @@ impl<'a> Speculation<'a> {
         self.stats.drafted += draft.len();
         self.pending.extend(&draft);
         Ok(draft)
+    }
+
+    /// Tells the drafter how much of its last draft was accepted, hands it the new tokens and
+    /// asks for at most `n_max` more.
+    fn propose(&mut self, n_max: usize) -> Result<Vec<Token>> {
+        let d = self.drafters;
+        if self.round > 0 {
+            d.drafter().accept(self.lane, self.round_accepted)?;
+            (self.round, self.round_accepted) = (0, 0);
+        }
+        let draft = d.drafter().draft(self.lane, &self.fresh, n_max)?;
+        self.fresh.clear();
+        Ok(draft)
+    }
+
+    /// A drafter that fails costs the request its drafts, never its reply: it goes on without.
+    fn survive(&mut self, drafted: Result<Vec<Token>>) -> Option<Vec<Token>> {
+        match drafted {
+            Ok(draft) => Some(draft),
+            Err(e) => {
+                if crate::debug::enabled() {
+                    eprintln!("[llb] speculative decoding: the drafter failed, this request drafts no more: {e}");
+                }
+                self.failed = true;
+                None
+            }
+        }
     }
 }
 

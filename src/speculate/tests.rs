@@ -74,3 +74,18 @@ fn every_self_drafting_type_is_llamas_and_others_are_refused() {
         assert!(Drafters::new(kind, 12, 1, 16, 0).is_err(), "{kind}");
     }
 }
+
+#[test]
+fn a_failing_drafter_costs_the_request_its_drafts_not_its_reply() {
+    let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap();
+    let h = repeating();
+    let mut s = Speculation::start(&d, &h).unwrap().unwrap();
+    crate::shim::testing_throw_next();
+    assert_eq!(s.draft(64, |t| Ok(t.len())).unwrap(), Vec::<Token>::new(), "the failure is no draft, not an error");
+    crate::shim::testing_clear();
+    assert!(s.draft(64, |t| Ok(t.len())).unwrap().is_empty(), "and the request drafts no more");
+    assert_eq!(s.stats.drafted, 0);
+    drop(s);
+    let mut s = Speculation::start(&d, &h).unwrap().unwrap();
+    assert_eq!(s.draft(64, |t| Ok(t.len())).unwrap().len(), 16, "the lane's next request drafts again");
+}
