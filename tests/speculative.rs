@@ -204,6 +204,13 @@ fn the_switch_and_the_config_are_checked_by_name() {
     assert_eq!(drafted(&e.infer(&unset)).0, 0, "none: no drafts");
     let r = e.infer(&request("text", true));
     assert!(drafted(&r).1 > 0, "the request's true drafts with the default drafter: {r}");
+    // "none" with a draft model: the draft model drafts for the requests that ask.
+    let mut c = config(&path);
+    c["speculative"] = json!({"type": "none", "draft_model_path": path});
+    let d = CEngine::open(&c).unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(drafted(&d.infer(&unset)).0, 0, "none + a draft model: no drafts unless asked");
+    let asked = d.infer(&request("text", true));
+    assert!(drafted(&asked).1 > 0, "asked, the draft model drafts: {asked}");
     let r = e.infer(&json!({"messages": [{"role": "user", "content": "hi"}], "speculative": "yes"}));
     assert_eq!(r["code"], "invalid_argument", "{r}");
     assert!(r["message"].as_str().unwrap().contains("speculative"), "{r}");

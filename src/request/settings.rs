@@ -189,7 +189,7 @@ fn validate_speculative(c: &super::wire::SpeculativeConfig) -> Result<()> {
         (Some(DRAFT_SIMPLE), None) => {
             bail!(InvalidArgument, "field `speculative.draft_model_path`: `{DRAFT_SIMPLE}` needs a draft model's GGUF")
         }
-        (Some(k), Some(_)) if k != DRAFT_SIMPLE => bail!(
+        (Some(k), Some(_)) if k != DRAFT_SIMPLE && k != "none" => bail!(
             InvalidArgument,
             "field `speculative.draft_model_path`: type `{k}` drafts without a model; a draft model is type `{DRAFT_SIMPLE}`"
         ),

@@ -147,7 +147,9 @@ impl<'a> Speculation<'a> {
 
     /// The reply's next step is `step`: how much of it the pending draft held.
     pub fn follow(&mut self, step: &[Token]) -> Followed {
-        self.fresh.extend_from_slice(step);
+        if !self.failed {
+            self.fresh.extend_from_slice(step);
+        }
         let matched = step.iter().zip(&self.pending).take_while(|(a, b)| a == b).count();
         self.pending.drain(..matched);
         self.stats.accepted += matched;
@@ -169,8 +171,13 @@ impl<'a> Speculation<'a> {
         if self.failed || n_max == 0 || n_max < d.draft_min {
             return Ok(Vec::new());
         }
-        let drafted = self.propose(n_max);
-        let Some(mut draft) = self.survive(drafted) else { return Ok(Vec::new()) };
+        let mut draft = match self.propose(n_max) {
+            Ok(draft) => draft,
+            Err(e) => {
+                self.give_up(&e);
+                return Ok(Vec::new());
+            }
+        };
         draft.truncate(valid(&draft)?);
         if draft.len() < d.draft_min.max(1) {
             return Ok(Vec::new());
@@ -194,18 +201,13 @@ impl<'a> Speculation<'a> {
         Ok(draft)
     }
 
-    /// A drafter that fails costs the request its drafts, never its reply: it goes on without.
-    fn survive(&mut self, drafted: Result<Vec<Token>>) -> Option<Vec<Token>> {
-        match drafted {
-            Ok(draft) => Some(draft),
-            Err(e) => {
-                if crate::debug::enabled() {
-                    eprintln!("[llb] speculative decoding: the drafter failed, this request drafts no more: {e}");
-                }
-                self.failed = true;
-                None
-            }
+    /// A drafter that failed costs the request its drafts, never its reply: it goes on without.
+    fn give_up(&mut self, e: &crate::error::Error) {
+        if crate::debug::enabled() {
+            eprintln!("[llb] speculative decoding: the drafter failed, this request drafts no more: {e}");
         }
+        self.failed = true;
+        self.fresh = Vec::new();
     }
 }
 

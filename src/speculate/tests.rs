@@ -84,6 +84,8 @@ fn a_failing_drafter_costs_the_request_its_drafts_not_its_reply() {
     assert_eq!(s.draft(64, |t| Ok(t.len())).unwrap(), Vec::<Token>::new(), "the failure is no draft, not an error");
     crate::shim::testing_clear();
     assert!(s.draft(64, |t| Ok(t.len())).unwrap().is_empty(), "and the request drafts no more");
+    s.follow(&[1, 2, 3]);
+    assert!(s.fresh.is_empty(), "nor keeps tokens for a drafter it no longer asks");
     assert_eq!(s.stats.drafted, 0);
     drop(s);
     let mut s = Speculation::start(&d, &h).unwrap().unwrap();
