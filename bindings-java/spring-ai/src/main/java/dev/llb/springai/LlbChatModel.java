@@ -3,15 +3,17 @@ package dev.llb.springai;
 import dev.llb.CancellationToken;
 import dev.llb.ChatConfig;
 import dev.llb.ChatPool;
+import dev.llb.Deadline;
 import dev.llb.LlbException;
 import io.micrometer.observation.Observation;
 import io.micrometer.observation.ObservationRegistry;
 import io.micrometer.observation.contextpropagation.ObservationThreadLocalAccessor;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
-import java.util.function.Function;
+import java.util.function.BiFunction;
 import org.springframework.ai.chat.messages.AssistantMessage;
 import org.springframework.ai.chat.messages.Message;
 import org.springframework.ai.chat.model.ChatModel;
@@ -27,8 +29,10 @@ import org.springframework.ai.model.tool.ToolCallingChatOptions;
 import org.springframework.ai.model.tool.ToolCallingManager;
 import org.springframework.ai.model.tool.ToolExecutionResult;
 import org.springframework.ai.retry.NonTransientAiException;
+import org.springframework.ai.retry.RetryUtils;
 import org.springframework.ai.tool.ToolCallback;
 import org.springframework.ai.tool.definition.ToolDefinition;
+import org.springframework.core.retry.RetryTemplate;
 import reactor.core.publisher.Flux;
 import reactor.core.publisher.FluxSink;
 import reactor.core.scheduler.Scheduler;
@@ -92,6 +96,14 @@ import reactor.core.scheduler.Schedulers;
  * <p><b>Errors</b>: llb's errors are Spring AI's {@code TransientAiException} ({@code busy},
  * {@code queue_full}) or {@code NonTransientAiException} (the others) whose cause is the
  * {@link LlbException} with llb's code ({@code docs/errors.md}).
+ *
+ * <p><b>Retries and timeouts</b>: with a {@link Builder#retryTemplate RetryTemplate} (Spring
+ * Framework's, as Spring AI's OpenAI and Ollama models take it; the Boot auto-configuration passes
+ * the application's), a call or stream that llb refuses as transient ({@code queue_full},
+ * {@code busy}: before any work, so before any chunk) is tried again as the template's policy says;
+ * other errors are not. A {@link Builder#timeout timeout} bounds each call, retries included: when
+ * it passes, the request is cancelled in the pool (its place freed at once) and the call fails with
+ * a {@code NonTransientAiException} (a stream with it as its error), which no template retries.
  */
 public final class LlbChatModel implements ChatModel, AutoCloseable {
     private final ChatPool pool;
@@ -103,6 +115,8 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
     private final int maxToolRounds;
     private final ObservationRegistry observationRegistry;
     private final ChatModelObservationConvention observationConvention;
+    private final RetryTemplate retryTemplate;
+    private final Duration timeout;
 
     /** The provider name in observations ({@code gen_ai.provider.name}). */
     public static final String PROVIDER = "llb";
@@ -119,6 +133,8 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         this.maxToolRounds = b.maxToolRounds;
         this.observationRegistry = b.observationRegistry != null ? b.observationRegistry : ObservationRegistry.NOOP;
         this.observationConvention = b.observationConvention;
+        this.retryTemplate = b.retryTemplate;
+        this.timeout = b.timeout;
     }
 
     /**
@@ -158,7 +174,8 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
             ChatModelObservationContext context = ChatModelObservationContext.builder()
                     .prompt(new Prompt(messages, observed(options))).provider(PROVIDER).build();
             ChatResponse response = observation(context).observe(() -> {
-                ChatResponse r = Mapping.response(invoke(p -> p.infer(json)), modelName);
+                ChatResponse r = Mapping.response(invoke((p, cancel) -> p.infer(json, cancel), new CancellationToken()),
+                        modelName);
                 context.setResponse(r);
                 return r;
             });
@@ -187,10 +204,8 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         Flux<ChatResponse> once = Flux.deferContextual(view -> {
             ChatModelObservationContext context = ChatModelObservationContext.builder()
                     .prompt(new Prompt(messages, observed(options))).provider(PROVIDER).streaming(true).build();
-            Observation observation = observation(context);
-            Observation parent = view.getOrDefault(ObservationThreadLocalAccessor.KEY, null);
-            observation.parentObservation(parent);
-            observation.start();
+            Observation observation = started(context,
+                    view.getOrDefault(ObservationThreadLocalAccessor.KEY, observationRegistry.getCurrentObservation()));
             return Flux.<ChatResponse>create(sink -> generate(json, sink, context)).subscribeOn(streamScheduler, false) // requests must not queue behind the held thread
                     .doOnError(observation::error)
                     .doFinally(signal -> observation.stop())
@@ -234,7 +249,7 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
             sink.next(response);
         });
         try {
-            String completion = invoke(p -> p.stream(json, chunks::accept, cancel));
+            String completion = invoke((p, token) -> p.stream(json, chunks::accept, token), cancel);
             demand.release();
             context.setResponse(Mapping.response(completion, modelName));
             if (!cancel.isCancelled()) {
@@ -252,6 +267,24 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
                 DEFAULT_OBSERVATION_CONVENTION, () -> context, observationRegistry);
     }
 
+    /**
+     * A stream's observation, started as Spring AI's own streams start theirs: a child of
+     * {@code parent} (the caller's, from the subscriber's context or the subscribing thread), with
+     * the parent's scope open while it starts, so a tracing handler makes its span a child of the
+     * parent's span rather than of whatever scope the thread has open.
+     */
+    private Observation started(ChatModelObservationContext context, Observation parent) {
+        Observation observation = observation(context);
+        observation.parentObservation(parent);
+        Observation.Scope scope = parent != null ? parent.openScope() : Observation.Scope.NOOP;
+        try {
+            observation.start();
+        } finally {
+            scope.close();
+        }
+        return observation;
+    }
+
     /** The options an observation reports: the request's, naming this model when they name none. */
     private ChatOptions observed(LlbChatOptions options) {
         return options.getModel() != null ? options : options.mutate().model(modelName).build();
@@ -264,9 +297,28 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         }
     }
 
-    private String invoke(Function<ChatPool, String> call) {
+    /**
+     * Runs {@code call} on the pool with {@code cancel}, tried again through the retry template
+     * while llb refuses it as transient, and cancelled when the timeout passes.
+     */
+    private String invoke(BiFunction<ChatPool, CancellationToken, String> call, CancellationToken cancel) {
+        try (Deadline deadline = Deadline.after(timeout, cancel)) {
+            if (retryTemplate == null) {
+                return attempt(call, cancel, deadline);
+            }
+            return RetryUtils.execute(retryTemplate, () -> attempt(call, cancel, deadline));
+        }
+    }
+
+    /** One try of {@link #invoke}: llb's errors as Spring AI's, a passed deadline as a non-transient one. */
+    private String attempt(BiFunction<ChatPool, CancellationToken, String> call, CancellationToken cancel, Deadline deadline) {
         try {
-            return call.apply(pool);
+            String completion = deadline.expired() ? null : call.apply(pool, cancel);
+            if (deadline.expired()) {
+                throw new NonTransientAiException("llb: the call did not end within its timeout (" + timeout
+                        + "); it was cancelled");
+            }
+            return completion;
         } catch (LlbException e) {
             throw Mapping.error(e);
         }
@@ -323,8 +375,36 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         private int maxToolRounds = 16;
         private ObservationRegistry observationRegistry;
         private ChatModelObservationConvention observationConvention;
+        private RetryTemplate retryTemplate;
+        private Duration timeout;
 
         private Builder() {}
+
+        /**
+         * Retries calls and streams that llb refuses as transient ({@code queue_full},
+         * {@code busy}), as the template's policy says; Spring AI's
+         * {@code RetryUtils.DEFAULT_RETRY_TEMPLATE} or Boot's {@code spring.ai.retry.*} one retry
+         * {@code TransientAiException}s, which those refusals are.
+         *
+         * @param template default: none (a refused call fails at once)
+         * @return this builder
+         */
+        public Builder retryTemplate(RetryTemplate template) {
+            this.retryTemplate = template;
+            return this;
+        }
+
+        /**
+         * The time one call or stream may take, waiting for a turn and retries included; then its
+         * request is cancelled in the pool and it fails with a {@code NonTransientAiException}.
+         *
+         * @param timeout default: none
+         * @return this builder
+         */
+        public Builder timeout(Duration timeout) {
+            this.timeout = timeout;
+            return this;
+        }
 
         /**
          * The GGUF model to open (with llb's defaults, changed by {@link #contextSize},

@@ -142,8 +142,8 @@ class LlbChatAutoConfigurationTest {
     @Test
     void aHuggingFaceIdIsPulledIntoTheCacheAtStartUp() throws Exception {
         Path cache = Files.createTempDirectory(dir, "cache");
-        runner.withPropertyValues("llb.chat.model=acme/tools-GGUF", "llb.chat.cache-dir=" + cache,
-                "llb.chat.hub-endpoint=" + endpoint, "llb.chat.token=").run(context -> {
+        runner.withPropertyValues("llb.chat.pull.repo=acme/tools-GGUF", "llb.chat.pull.cache-dir=" + cache,
+                "llb.chat.pull.hub-endpoint=" + endpoint, "llb.chat.pull.token=").run(context -> {
             assertNull(context.getStartupFailure());
             LlbChatModel model = context.getBean(LlbChatModel.class);
             assertNotNull(model.call("hi"));
@@ -157,6 +157,7 @@ class LlbChatAutoConfigurationTest {
     void aRefusedModelFailsStartUpWithLlbsMessage() throws Exception {
         runner.withPropertyValues("llb.chat.model-path=" + plainModel).run(context -> checkRefused(context.getStartupFailure()));
         Path cache = Files.createTempDirectory(dir, "cache");
+        // The keys before llb.chat.pull.* still bind (deprecated aliases in the metadata).
         runner.withPropertyValues("llb.chat.model=acme/plain-GGUF", "llb.chat.cache-dir=" + cache,
                 "llb.chat.hub-endpoint=" + endpoint, "llb.chat.token=").run(context -> checkRefused(context.getStartupFailure()));
     }

@@ -1,64 +1,85 @@
 package dev.llb.springai.autoconfigure;
 
 import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
 import org.springframework.boot.context.properties.ConfigurationProperties;
+import org.springframework.boot.context.properties.DeprecatedConfigurationProperty;
 import org.springframework.util.unit.DataSize;
 
 /**
  * {@code llb.chat.*}: the model (a local GGUF, or a Hugging Face repository pulled at start-up),
- * the pool, and the default request options of the {@link dev.llb.springai.LlbChatModel} bean.
+ * the pool, the engine's CPU, GPU and KV-cache settings, and the default request options of the
+ * {@link dev.llb.springai.LlbChatModel} bean. Spring Boot's configuration processor writes their
+ * metadata ({@code META-INF/spring-configuration-metadata.json}): IDEs complete and document them.
  *
  * <pre>
+ * spring.ai.model.chat=llb            # when another provider's starter is on the class path too
  * llb.chat.model-path=/models/qwen2.5-7b-instruct-q4_k_m.gguf
- * # or: llb.chat.model=Qwen/Qwen2.5-7B-Instruct-GGUF  (with llb.chat.quant=Q4_K_M)
+ * # or: llb.chat.pull.repo=Qwen/Qwen2.5-7B-Instruct-GGUF  (with llb.chat.pull.quant=Q4_K_M)
  * llb.chat.parallel=4
+ * llb.chat.timeout=30s
  * llb.chat.context-size=16384
  * llb.chat.prompt-cache.dir=/var/cache/llb/prompts
  * llb.chat.speculative.type=ngram-mod
  * llb.chat.options.temperature=0.2
  * </pre>
+ *
+ * <p>Before 0.1 the pull settings were {@code llb.chat.model}, {@code llb.chat.quant}, ...: they
+ * still bind, as deprecated aliases of {@code llb.chat.pull.*} ({@code llb.chat.model} is not a
+ * model's name, as Spring AI's {@code *.chat.model} is: that is {@code llb.chat.options.model}).
  */
 @ConfigurationProperties(prefix = LlbChatProperties.PREFIX)
 public class LlbChatProperties {
     /** The properties' prefix. */
     public static final String PREFIX = "llb.chat";
 
-    /** Whether to create the LlbChatModel bean. */
+    /** Whether to create the LlbChatModel bean (spring.ai.model.chat must also be llb, or unset). */
     private boolean enabled = true;
-    /** The GGUF file to open. */
+    /** The GGUF file to open (or set pull.repo). */
     private Path modelPath;
-    /** A Hugging Face repository id ("org/name") to pull at start-up instead of model-path. */
-    private String model;
-    /** The quantization to pick from the repository (llb's default: Q4_K_M, else the smallest). */
-    private String quant;
-    /** The GGUF file name in the repository, instead of quant. */
-    private String file;
-    /** The repository revision (branch, tag or commit). */
-    private String revision;
-    /** Where pulled models are cached (llb's default: ~/.cache/llb/models, or LLB_MODEL_CACHE). */
-    private Path cacheDir;
-    /** The hub's base URL (llb's default: https://huggingface.co, or HF_ENDPOINT); a mirror, or a test hub. */
-    private String hubEndpoint;
-    /** The hub token (llb's default: HF_TOKEN); an empty string sends none. */
-    private String token;
-    /** Use only the cache: no network. */
-    private boolean offline;
     /** Requests that decode at once (n_parallel). */
     private int parallel = 4;
-    /** Requests that may wait for a turn (llb's default: 16 x parallel). */
+    /** Requests that may wait for a turn (max_queue; llb's default: 16 x parallel); past them a call is refused with queue_full, which a RetryTemplate retries. */
     private Integer maxQueue;
-    /** The KV cache all requests share, in tokens (llb's default: 4096 per parallel request). */
+    /** The time one model call may take, waiting included; then it is cancelled, its place in the pool freed, and it fails with a NonTransientAiException (default: no limit). */
+    private Duration timeout;
+    /** The KV cache all requests share, in tokens (n_ctx; llb's default: 4096 per parallel request, at most the model's training context each). */
     private Integer contextSize;
-    /** CPU threads for decoding (default: every core); the ceiling when adaptive-threads is on. */
+    /** CPU threads for decoding (n_threads; llb's default: every core); the ceiling when adaptive-threads is on. */
     private Integer threads;
-    /** Whether the decode threads follow the cores the machine gives (adaptive_threads; llb's default: true). */
+    /** Whether the decode threads follow the cores the machine gives (adaptive_threads). */
     private Boolean adaptiveThreads;
-    /** How hard idle compute threads poll before they sleep, 0 to 100 as llama.cpp's --poll (thread_poll; llb's default: 0). */
+    /** How hard idle compute threads poll before they sleep, 0 to 100 as llama.cpp's --poll (thread_poll). */
     private Integer threadPoll;
-    /** Prompt tokens per decode batch. */
+    /** Prompt tokens per decode batch (n_batch; at most context-size). */
     private Integer batchSize;
-    /** Layers offloaded to GPUs (-1: all; default: all when there is a GPU). */
+    /** Layers offloaded to GPUs (n_gpu_layers; -1: all; llb's default: all when there is a GPU, else 0). */
     private Integer gpuLayers;
+    /** The GPU (among those used) for split-mode none, and for row split's intermediate results (main_gpu). */
+    private Integer mainGpu;
+    /** How the model is split across GPUs: none, layer or row (split_mode; llb's default: layer). */
+    private String splitMode;
+    /** The share of the model on each GPU, in device order (tensor_split). */
+    private List<Double> tensorSplit;
+    /** The GPUs to use, by name as dev.llb.Llb.devices() lists them (devices; llb's default: every GPU). */
+    private List<String> devices;
+    /** Flash attention: auto, on or off (flash_attn; llb's default: auto). */
+    private String flashAttn;
+    /** Whether the KV cache and attention go to the GPU too (offload_kqv; llb's default: true). */
+    private Boolean offloadKqv;
+    /** The K cache's type: f16, q8_0 or q4_0 (type_k; llb's default: f16). */
+    private String cacheTypeK;
+    /** The V cache's type: f16, q8_0 or q4_0 (type_v; llb's default: f16). */
+    private String cacheTypeV;
+    /** Whether the weights are memory-mapped (use_mmap; llb's default: true). */
+    private Boolean mmap;
+    /** Whether the weights are locked in RAM (use_mlock; llb's default: false). */
+    private Boolean mlock;
+    /** host:port of llama.cpp rpc-servers to offload to (rpc_servers); unauthenticated: loopback or a private network only. */
+    private List<String> rpcServers;
+    /** Pulling the model from Hugging Face at start-up, instead of model-path. */
+    private final Pull pull = new Pull();
     /** The prompt cache: conversations that leave the context, kept in RAM and on disk. */
     private final PromptCache promptCache = new PromptCache();
     /** Speculative decoding: a drafter guesses tokens ahead, the model checks them in one batch. */
@@ -68,6 +89,129 @@ public class LlbChatProperties {
 
     /** Bound by Spring Boot from {@code llb.chat.*}. */
     public LlbChatProperties() {}
+
+    /**
+     * {@code llb.chat.pull.*}: a GGUF pulled from Hugging Face at start-up (sha256-verified,
+     * resumable, cached), instead of {@code llb.chat.model-path}.
+     */
+    public static class Pull {
+        /** Bound by Spring Boot from {@code llb.chat.pull.*}. */
+        public Pull() {}
+
+        /** A Hugging Face repository id ("org/name") to pull at start-up instead of model-path. */
+        private String repo;
+        /** The quantization to pick from the repository (llb's default: Q4_K_M, else the smallest). */
+        private String quant;
+        /** The GGUF file name in the repository, instead of quant. */
+        private String file;
+        /** The repository revision: branch, tag or commit (llb's default: main). */
+        private String revision;
+        /** Where pulled models are cached (llb's default: LLB_MODEL_CACHE, else ~/.chatbot_models). */
+        private Path cacheDir;
+        /** The hub's base URL (llb's default: HF_ENDPOINT, else https://huggingface.co); a mirror, or a test hub. */
+        private String hubEndpoint;
+        /** The hub token (llb's default: HF_TOKEN, else the token file of huggingface_hub); an empty string sends none. */
+        private String token;
+        /** Use only the cache: no network. */
+        private boolean offline;
+
+        /**
+         * Returns the Hugging Face repository id.
+         *
+         * @return the Hugging Face repository id
+         */
+        public String getRepo() { return repo; }
+        /**
+         * Sets the Hugging Face repository id.
+         *
+         * @param v the Hugging Face repository id
+         */
+        public void setRepo(String v) { repo = v; }
+        /**
+         * Returns the quantization.
+         *
+         * @return the quantization
+         */
+        public String getQuant() { return quant; }
+        /**
+         * Sets the quantization.
+         *
+         * @param v the quantization
+         */
+        public void setQuant(String v) { quant = v; }
+        /**
+         * Returns the file name in the repository.
+         *
+         * @return the file name in the repository
+         */
+        public String getFile() { return file; }
+        /**
+         * Sets the file name in the repository.
+         *
+         * @param v the file name in the repository
+         */
+        public void setFile(String v) { file = v; }
+        /**
+         * Returns the revision.
+         *
+         * @return the revision
+         */
+        public String getRevision() { return revision; }
+        /**
+         * Sets the revision.
+         *
+         * @param v the revision
+         */
+        public void setRevision(String v) { revision = v; }
+        /**
+         * Returns the cache directory.
+         *
+         * @return the cache directory
+         */
+        public Path getCacheDir() { return cacheDir; }
+        /**
+         * Sets the cache directory.
+         *
+         * @param v the cache directory
+         */
+        public void setCacheDir(Path v) { cacheDir = v; }
+        /**
+         * Returns the hub endpoint.
+         *
+         * @return the hub endpoint
+         */
+        public String getHubEndpoint() { return hubEndpoint; }
+        /**
+         * Sets the hub endpoint.
+         *
+         * @param v the hub endpoint
+         */
+        public void setHubEndpoint(String v) { hubEndpoint = v; }
+        /**
+         * Returns the hub token.
+         *
+         * @return the hub token
+         */
+        public String getToken() { return token; }
+        /**
+         * Sets the hub token.
+         *
+         * @param v the hub token
+         */
+        public void setToken(String v) { token = v; }
+        /**
+         * Returns whether only the cache is used.
+         *
+         * @return whether only the cache is used
+         */
+        public boolean isOffline() { return offline; }
+        /**
+         * Sets whether only the cache is used.
+         *
+         * @param v whether only the cache is used
+         */
+        public void setOffline(boolean v) { offline = v; }
+    }
 
     /**
      * {@code llb.chat.prompt-cache.*}: llb's {@code prompt_cache} (docs/design.md, "The prompt
@@ -209,6 +353,8 @@ public class LlbChatProperties {
         /** Bound by Spring Boot from {@code llb.chat.options.*}. */
         public Options() {}
 
+        /** The model's name in responses and observations (gen_ai.request.model; default: the GGUF's file name). */
+        private String model;
         /** Sampling temperature. */
         private Double temperature;
         /** Nucleus sampling. */
@@ -232,6 +378,18 @@ public class LlbChatProperties {
         /** speculative: speculative decoding on or off for every request, over llb.chat.speculative.type. */
         private Boolean speculative;
 
+        /**
+         * Returns the model's name.
+         *
+         * @return the model's name
+         */
+        public String getModel() { return model; }
+        /**
+         * Sets the model's name.
+         *
+         * @param v the model's name
+         */
+        public void setModel(String v) { model = v; }
         /**
          * Returns the temperature.
          *
@@ -391,102 +549,6 @@ public class LlbChatProperties {
      */
     public void setModelPath(Path v) { modelPath = v; }
     /**
-     * Returns the Hugging Face repository id.
-     *
-     * @return the Hugging Face repository id
-     */
-    public String getModel() { return model; }
-    /**
-     * Sets the Hugging Face repository id.
-     *
-     * @param v the Hugging Face repository id
-     */
-    public void setModel(String v) { model = v; }
-    /**
-     * Returns the quantization.
-     *
-     * @return the quantization
-     */
-    public String getQuant() { return quant; }
-    /**
-     * Sets the quantization.
-     *
-     * @param v the quantization
-     */
-    public void setQuant(String v) { quant = v; }
-    /**
-     * Returns the file name in the repository.
-     *
-     * @return the file name in the repository
-     */
-    public String getFile() { return file; }
-    /**
-     * Sets the file name in the repository.
-     *
-     * @param v the file name in the repository
-     */
-    public void setFile(String v) { file = v; }
-    /**
-     * Returns the revision.
-     *
-     * @return the revision
-     */
-    public String getRevision() { return revision; }
-    /**
-     * Sets the revision.
-     *
-     * @param v the revision
-     */
-    public void setRevision(String v) { revision = v; }
-    /**
-     * Returns the cache directory.
-     *
-     * @return the cache directory
-     */
-    public Path getCacheDir() { return cacheDir; }
-    /**
-     * Sets the cache directory.
-     *
-     * @param v the cache directory
-     */
-    public void setCacheDir(Path v) { cacheDir = v; }
-    /**
-     * Returns the hub endpoint.
-     *
-     * @return the hub endpoint
-     */
-    public String getHubEndpoint() { return hubEndpoint; }
-    /**
-     * Sets the hub endpoint.
-     *
-     * @param v the hub endpoint
-     */
-    public void setHubEndpoint(String v) { hubEndpoint = v; }
-    /**
-     * Returns the hub token.
-     *
-     * @return the hub token
-     */
-    public String getToken() { return token; }
-    /**
-     * Sets the hub token.
-     *
-     * @param v the hub token
-     */
-    public void setToken(String v) { token = v; }
-    /**
-     * Returns whether only the cache is used.
-     *
-     * @return whether only the cache is used
-     */
-    public boolean isOffline() { return offline; }
-    /**
-     * Sets whether only the cache is used.
-     *
-     * @param v whether only the cache is used
-     */
-    public void setOffline(boolean v) { offline = v; }
-    /**
      * Returns n_parallel.
      *
      * @return n_parallel
@@ -510,6 +572,18 @@ public class LlbChatProperties {
      * @param v max_queue
      */
     public void setMaxQueue(Integer v) { maxQueue = v; }
+    /**
+     * Returns the time a call may take.
+     *
+     * @return the time a call may take
+     */
+    public Duration getTimeout() { return timeout; }
+    /**
+     * Sets the time a call may take.
+     *
+     * @param v the time a call may take
+     */
+    public void setTimeout(Duration v) { timeout = v; }
     /**
      * Returns n_ctx.
      *
@@ -583,6 +657,144 @@ public class LlbChatProperties {
      */
     public void setGpuLayers(Integer v) { gpuLayers = v; }
     /**
+     * Returns main_gpu.
+     *
+     * @return main_gpu
+     */
+    public Integer getMainGpu() { return mainGpu; }
+    /**
+     * Sets main_gpu.
+     *
+     * @param v main_gpu
+     */
+    public void setMainGpu(Integer v) { mainGpu = v; }
+    /**
+     * Returns split_mode.
+     *
+     * @return split_mode
+     */
+    public String getSplitMode() { return splitMode; }
+    /**
+     * Sets split_mode.
+     *
+     * @param v split_mode
+     */
+    public void setSplitMode(String v) { splitMode = v; }
+    /**
+     * Returns tensor_split.
+     *
+     * @return tensor_split
+     */
+    public List<Double> getTensorSplit() { return tensorSplit; }
+    /**
+     * Sets tensor_split.
+     *
+     * @param v tensor_split
+     */
+    public void setTensorSplit(List<Double> v) { tensorSplit = v; }
+    /**
+     * Returns devices.
+     *
+     * @return devices
+     */
+    public List<String> getDevices() { return devices; }
+    /**
+     * Sets devices.
+     *
+     * @param v devices
+     */
+    public void setDevices(List<String> v) { devices = v; }
+    /**
+     * Returns flash_attn.
+     *
+     * @return flash_attn
+     */
+    public String getFlashAttn() { return flashAttn; }
+    /**
+     * Sets flash_attn.
+     *
+     * @param v flash_attn
+     */
+    public void setFlashAttn(String v) { flashAttn = v; }
+    /**
+     * Returns offload_kqv.
+     *
+     * @return offload_kqv
+     */
+    public Boolean getOffloadKqv() { return offloadKqv; }
+    /**
+     * Sets offload_kqv.
+     *
+     * @param v offload_kqv
+     */
+    public void setOffloadKqv(Boolean v) { offloadKqv = v; }
+    /**
+     * Returns type_k.
+     *
+     * @return type_k
+     */
+    public String getCacheTypeK() { return cacheTypeK; }
+    /**
+     * Sets type_k.
+     *
+     * @param v type_k
+     */
+    public void setCacheTypeK(String v) { cacheTypeK = v; }
+    /**
+     * Returns type_v.
+     *
+     * @return type_v
+     */
+    public String getCacheTypeV() { return cacheTypeV; }
+    /**
+     * Sets type_v.
+     *
+     * @param v type_v
+     */
+    public void setCacheTypeV(String v) { cacheTypeV = v; }
+    /**
+     * Returns use_mmap.
+     *
+     * @return use_mmap
+     */
+    public Boolean getMmap() { return mmap; }
+    /**
+     * Sets use_mmap.
+     *
+     * @param v use_mmap
+     */
+    public void setMmap(Boolean v) { mmap = v; }
+    /**
+     * Returns use_mlock.
+     *
+     * @return use_mlock
+     */
+    public Boolean getMlock() { return mlock; }
+    /**
+     * Sets use_mlock.
+     *
+     * @param v use_mlock
+     */
+    public void setMlock(Boolean v) { mlock = v; }
+    /**
+     * Returns rpc_servers.
+     *
+     * @return rpc_servers
+     */
+    public List<String> getRpcServers() { return rpcServers; }
+    /**
+     * Sets rpc_servers.
+     *
+     * @param v rpc_servers
+     */
+    public void setRpcServers(List<String> v) { rpcServers = v; }
+    /**
+     * Returns the pull settings.
+     *
+     * @return {@code llb.chat.pull.*}
+     */
+    public Pull getPull() { return pull; }
+    /**
      * Returns the prompt cache settings.
      *
      * @return {@code llb.chat.prompt-cache.*}
@@ -600,4 +812,141 @@ public class LlbChatProperties {
      * @return the default request options
      */
     public Options getOptions() { return options; }
+
+    /**
+     * {@code llb.chat.model}, deprecated: the repository to pull.
+     *
+     * @return {@code llb.chat.pull.repo}
+     * @deprecated use {@code llb.chat.pull.repo}; Spring AI's {@code *.chat.model} is a model's name
+     */
+    @Deprecated(since = "0.1.0")
+    @DeprecatedConfigurationProperty(replacement = "llb.chat.pull.repo", reason = "Spring AI's *.chat.model is a model's name, not a repository")
+    public String getModel() { return pull.repo; }
+    /**
+     * Sets {@code llb.chat.pull.repo}.
+     *
+     * @param v the repository
+     * @deprecated use {@code llb.chat.pull.repo}
+     */
+    @Deprecated(since = "0.1.0")
+    public void setModel(String v) { pull.repo = v; }
+    /**
+     * {@code llb.chat.quant}, deprecated.
+     *
+     * @return {@code llb.chat.pull.quant}
+     * @deprecated use {@code llb.chat.pull.quant}
+     */
+    @Deprecated(since = "0.1.0")
+    @DeprecatedConfigurationProperty(replacement = "llb.chat.pull.quant", reason = "the pull settings are under llb.chat.pull")
+    public String getQuant() { return pull.quant; }
+    /**
+     * Sets {@code llb.chat.pull.quant}.
+     *
+     * @param v the value
+     * @deprecated use {@code llb.chat.pull.quant}
+     */
+    @Deprecated(since = "0.1.0")
+    public void setQuant(String v) { pull.quant = v; }
+    /**
+     * {@code llb.chat.file}, deprecated.
+     *
+     * @return {@code llb.chat.pull.file}
+     * @deprecated use {@code llb.chat.pull.file}
+     */
+    @Deprecated(since = "0.1.0")
+    @DeprecatedConfigurationProperty(replacement = "llb.chat.pull.file", reason = "the pull settings are under llb.chat.pull")
+    public String getFile() { return pull.file; }
+    /**
+     * Sets {@code llb.chat.pull.file}.
+     *
+     * @param v the value
+     * @deprecated use {@code llb.chat.pull.file}
+     */
+    @Deprecated(since = "0.1.0")
+    public void setFile(String v) { pull.file = v; }
+    /**
+     * {@code llb.chat.revision}, deprecated.
+     *
+     * @return {@code llb.chat.pull.revision}
+     * @deprecated use {@code llb.chat.pull.revision}
+     */
+    @Deprecated(since = "0.1.0")
+    @DeprecatedConfigurationProperty(replacement = "llb.chat.pull.revision", reason = "the pull settings are under llb.chat.pull")
+    public String getRevision() { return pull.revision; }
+    /**
+     * Sets {@code llb.chat.pull.revision}.
+     *
+     * @param v the value
+     * @deprecated use {@code llb.chat.pull.revision}
+     */
+    @Deprecated(since = "0.1.0")
+    public void setRevision(String v) { pull.revision = v; }
+    /**
+     * {@code llb.chat.cache-dir}, deprecated.
+     *
+     * @return {@code llb.chat.pull.cache-dir}
+     * @deprecated use {@code llb.chat.pull.cache-dir}
+     */
+    @Deprecated(since = "0.1.0")
+    @DeprecatedConfigurationProperty(replacement = "llb.chat.pull.cache-dir", reason = "the pull settings are under llb.chat.pull")
+    public Path getCacheDir() { return pull.cacheDir; }
+    /**
+     * Sets {@code llb.chat.pull.cache-dir}.
+     *
+     * @param v the value
+     * @deprecated use {@code llb.chat.pull.cache-dir}
+     */
+    @Deprecated(since = "0.1.0")
+    public void setCacheDir(Path v) { pull.cacheDir = v; }
+    /**
+     * {@code llb.chat.hub-endpoint}, deprecated.
+     *
+     * @return {@code llb.chat.pull.hub-endpoint}
+     * @deprecated use {@code llb.chat.pull.hub-endpoint}
+     */
+    @Deprecated(since = "0.1.0")
+    @DeprecatedConfigurationProperty(replacement = "llb.chat.pull.hub-endpoint", reason = "the pull settings are under llb.chat.pull")
+    public String getHubEndpoint() { return pull.hubEndpoint; }
+    /**
+     * Sets {@code llb.chat.pull.hub-endpoint}.
+     *
+     * @param v the value
+     * @deprecated use {@code llb.chat.pull.hub-endpoint}
+     */
+    @Deprecated(since = "0.1.0")
+    public void setHubEndpoint(String v) { pull.hubEndpoint = v; }
+    /**
+     * {@code llb.chat.token}, deprecated.
+     *
+     * @return {@code llb.chat.pull.token}
+     * @deprecated use {@code llb.chat.pull.token}
+     */
+    @Deprecated(since = "0.1.0")
+    @DeprecatedConfigurationProperty(replacement = "llb.chat.pull.token", reason = "the pull settings are under llb.chat.pull")
+    public String getToken() { return pull.token; }
+    /**
+     * Sets {@code llb.chat.pull.token}.
+     *
+     * @param v the value
+     * @deprecated use {@code llb.chat.pull.token}
+     */
+    @Deprecated(since = "0.1.0")
+    public void setToken(String v) { pull.token = v; }
+    /**
+     * {@code llb.chat.offline}, deprecated.
+     *
+     * @return {@code llb.chat.pull.offline}
+     * @deprecated use {@code llb.chat.pull.offline}
+     */
+    @Deprecated(since = "0.1.0")
+    @DeprecatedConfigurationProperty(replacement = "llb.chat.pull.offline", reason = "the pull settings are under llb.chat.pull")
+    public boolean isOffline() { return pull.offline; }
+    /**
+     * Sets {@code llb.chat.pull.offline}.
+     *
+     * @param v the value
+     * @deprecated use {@code llb.chat.pull.offline}
+     */
+    @Deprecated(since = "0.1.0")
+    public void setOffline(boolean v) { pull.offline = v; }
 }
