@@ -10,11 +10,12 @@ import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Function;
 
 /**
- * What a model runs on: an engine opened from a {@link ChatConfig} (then owned and closed by the
- * model), or an engine or pool given by the caller (who closes it). Calls on an engine take
- * turns: it runs one request at a time, so a second thread waits instead of getting llb's
- * {@code busy}. Calls on a pool run at once, up to its {@code parallel} and {@code maxQueue};
- * past them llb answers {@code queue_full}, a {@code RetriableException}.
+ * What a model runs on: a pool opened from a {@link ChatConfig} (then owned and closed by the
+ * model), or an engine or pool given by the caller (who closes it). Calls on a pool run at once,
+ * up to its {@code parallel} and {@code maxQueue}; past them llb answers {@code queue_full}, a
+ * {@code RetriableException} (which the model's {@code maxRetries} retry). Calls on a given engine
+ * take turns: it runs one request at a time, so a second thread waits instead of getting llb's
+ * {@code busy}.
  */
 final class Engines implements AutoCloseable {
     private final Chat chat;
@@ -30,7 +31,8 @@ final class Engines implements AutoCloseable {
         this.lock = chat instanceof ChatEngine ? new ReentrantLock(true) : null;
     }
 
-    static Engines of(ChatConfig config, ChatEngine engine, ChatPool pool, String modelName) {
+    static Engines of(ChatConfig config, ChatEngine engine, ChatPool pool, String modelName, int parallel,
+            Integer maxQueue) {
         int given = (config == null ? 0 : 1) + (engine == null ? 0 : 1) + (pool == null ? 0 : 1);
         if (given != 1) {
             throw new IllegalArgumentException("set exactly one of config(ChatConfig), engine(ChatEngine) and pool(ChatPool)");
@@ -40,7 +42,7 @@ final class Engines implements AutoCloseable {
         }
         String name = modelName != null ? modelName : String.valueOf(config.modelPath().getFileName());
         try {
-            return new Engines(ChatEngine.open(config), true, name);
+            return new Engines(ChatPool.open(config, parallel, maxQueue), true, name);
         } catch (LlbException e) {
             throw Mapping.error(e);
         }

@@ -3,10 +3,11 @@ package dev.llb.langchain4j;
 import dev.langchain4j.model.chat.ChatModel;
 import dev.langchain4j.model.chat.request.ChatRequest;
 import dev.langchain4j.model.chat.response.ChatResponse;
+import dev.llb.CancellationToken;
 
 /**
- * A LangChain4j {@link ChatModel} backed by an llb engine in this process; engine, threads and
- * errors as {@link LlbModel} says.
+ * A LangChain4j {@link ChatModel} backed by an llb pool in this process; pool, threads, retries
+ * and errors as {@link LlbModel} says.
  *
  * <pre>{@code
  * try (LlbChatModel model = LlbChatModel.builder()
@@ -33,8 +34,9 @@ public final class LlbChatModel extends LlbModel implements ChatModel {
 
     @Override
     public ChatResponse doChat(ChatRequest request) {
-        String json = Mapping.request(request, extras);
-        return Mapping.response(engines.call(engine -> engine.infer(json)), engines.modelName);
+        String json = Mapping.request(request, style);
+        String completion = attempts.run(engines, (chat, cancel) -> chat.infer(json, cancel), new CancellationToken());
+        return Mapping.response(completion, engines.modelName, style.returnThinking());
     }
 
     /** Builds an {@link LlbChatModel}: {@link #config config} or {@link #engine engine}, the rest optional. */

@@ -3,7 +3,6 @@ package dev.llb.langchain4j;
 import dev.langchain4j.model.ModelProvider;
 import dev.langchain4j.model.chat.Capability;
 import dev.langchain4j.model.chat.listener.ChatModelListener;
-import dev.langchain4j.model.chat.request.ChatRequestParameters;
 import dev.llb.ChatEngine;
 import dev.llb.LlbException;
 import java.util.List;
@@ -11,14 +10,17 @@ import java.util.Set;
 
 /**
  * What {@link LlbChatModel} and {@link LlbStreamingChatModel} share: a LangChain4j model backed by
- * an llb {@link ChatEngine} in this process, with no server and no HTTP. Tool specifications
+ * an llb {@link dev.llb.ChatPool} in this process, with no server and no HTTP. Tool specifications
  * become OpenAI tools; llb renders them with the model's own chat template and constrains tool
  * calls to their schemas.
  *
- * <p>One engine holds one conversation's KV cache: the next turn of the same conversation reuses
- * it ({@link LlbTokenUsage#cachedTokens()}). Calls take turns (a second thread waits); for
- * conversations in parallel use one model per conversation, or build the model on a
- * {@link dev.llb.ChatPool} ({@link LlbModelBuilder#pool}), whose requests run at once. Errors are LangChain4j exceptions
+ * <p>A model built from a {@link LlbModelBuilder#config config} opens a pool of
+ * {@link LlbModelBuilder#parallel parallel} requests (default 4): calls from many threads run at
+ * once, up to {@link LlbModelBuilder#maxQueue maxQueue} more wait, and past that a call is refused
+ * with {@code queue_full}, which {@link LlbModelBuilder#maxRetries maxRetries} retries. A
+ * conversation's next turn reuses its KV cache ({@link LlbTokenUsage#cachedTokens()}). A model
+ * built on a {@link ChatEngine} ({@link LlbModelBuilder#engine}) runs one call at a time (a
+ * second thread waits). Per-request llb options ride in {@link LlbChatRequestParameters}. Errors are LangChain4j exceptions
  * whose cause is the {@link LlbException} with llb's code: {@code invalid_argument},
  * {@code invalid_json} and {@code context_overflow} are {@code InvalidRequestException}s,
  * {@code tools_unsupported} an {@code UnsupportedFeatureException}, {@code file_not_found} a
@@ -26,27 +28,31 @@ import java.util.Set;
  * {@code InternalServerException}, others {@code NonRetriableException}s.
  */
 public abstract sealed class LlbModel implements AutoCloseable permits LlbChatModel, LlbStreamingChatModel {
-    /** The engine, whose calls take turns and map llb's errors. */
+    /** The pool or engine, whose calls map llb's errors. */
     final Engines engines;
-    /** The request fields LangChain4j's parameters have no place for. */
-    final Mapping.Extras extras;
-    private final ChatRequestParameters defaults;
+    /** How requests are written and replies read. */
+    final Mapping.Style style;
+    /** Retries and timeout. */
+    final Attempts attempts;
+    private final LlbChatRequestParameters defaults;
     private final List<ChatModelListener> listeners;
 
     /** Takes the builder's settings, then opens the engine (or wraps the one given). */
     LlbModel(LlbModelBuilder<?, ?> b) {
         this.defaults = b.defaults();
         this.listeners = b.listenerList();
-        this.extras = b.extras();
+        this.style = b.style();
+        this.attempts = b.attempts();
         this.engines = b.engines();
     }
 
     /**
      * The builder's {@link LlbModelBuilder#defaultRequestParameters default request parameters}.
      *
-     * @return the parameters every request starts from (empty when none were given)
+     * @return the parameters every request starts from, the builder's shortcuts included (a
+     *     request's own parameters override them field by field)
      */
-    public ChatRequestParameters defaultRequestParameters() {
+    public LlbChatRequestParameters defaultRequestParameters() {
         return defaults;
     }
 

@@ -1,6 +1,7 @@
 package dev.llb.langchain4j;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.langchain4j.agent.tool.ToolExecutionRequest;
 import dev.langchain4j.model.chat.StreamingChatModel;
 import dev.langchain4j.model.chat.request.ChatRequest;
 import dev.langchain4j.model.chat.response.ChatResponse;
@@ -21,12 +22,14 @@ import java.util.concurrent.Executor;
 import java.util.concurrent.ThreadFactory;
 
 /**
- * A LangChain4j {@link StreamingChatModel} backed by an llb engine in this process; engine,
- * threads and errors as {@link LlbModel} says. llb's chunks reach the handler as they are
- * generated: text as {@code onPartialResponse}, reasoning as {@code onPartialThinking}, tool-call
- * arguments as {@code onPartialToolCall} (with the call's index, id and name); each finished call
- * then goes to {@code onCompleteToolCall} and the whole response to {@code onCompleteResponse},
- * whose message is exactly what the partial events add up to.
+ * A LangChain4j {@link StreamingChatModel} backed by an llb pool in this process; pool,
+ * threads, retries and errors as {@link LlbModel} says. llb's chunks reach the handler as they are
+ * generated: text as {@code onPartialResponse}, reasoning as {@code onPartialThinking} (with
+ * {@link LlbModelBuilder#returnThinking returnThinking}), tool-call arguments as
+ * {@code onPartialToolCall} (with the call's index, id and name). Each call goes to
+ * {@code onCompleteToolCall} as soon as it is complete: when the next call's first chunk arrives,
+ * the last one when generation ends. Then the whole response goes to {@code onCompleteResponse},
+ * whose message is exactly what the events add up to.
  *
  * <p>{@code chat} returns at once; the generation runs on the builder's {@link Builder#executor}
  * (default: a new daemon thread per request), and the handler is called on that thread. An
@@ -65,7 +68,7 @@ public final class LlbStreamingChatModel extends LlbModel implements StreamingCh
         Objects.requireNonNull(handler, "handler");
         String json;
         try {
-            json = Mapping.request(request, extras);
+            json = Mapping.request(request, style);
         } catch (RuntimeException e) {
             handler.onError(e);
             return;
@@ -74,17 +77,18 @@ public final class LlbStreamingChatModel extends LlbModel implements StreamingCh
     }
 
     private void run(String json, StreamingChatResponseHandler handler) {
-        Chunks chunks = new Chunks(handler);
+        Chunks chunks = new Chunks(handler, style.returnThinking());
         ChatResponse response = null;
         Throwable failure = null;
         try {
-            response = Mapping.response(engines.call(engine -> engine.stream(json, chunks::accept, chunks.token)), engines.modelName);
+            String completion = attempts.run(engines, (chat, token) -> chat.stream(json, chunks::accept, token), chunks.token);
+            response = Mapping.response(completion, engines.modelName, style.returnThinking());
         } catch (RuntimeException | Error e) {
-            // llb's error (already LangChain4j's), or thrown by a partial callback (the generation
-            // was cancelled), or the engine was closed
+            // llb's error (already LangChain4j's), a timeout, or thrown by a partial callback (the
+            // generation was cancelled), or the pool was closed
             failure = e;
         }
-        if (chunks.token.isCancelled() && failure == null) {
+        if (chunks.isCancelled() && failure == null) {
             return; // cancelled through the StreamingHandle: no callbacks after cancel()
         }
         if (failure != null) {
@@ -93,7 +97,7 @@ public final class LlbStreamingChatModel extends LlbModel implements StreamingCh
         }
         try {
             var calls = response.aiMessage().toolExecutionRequests();
-            for (int i = 0; i < calls.size(); i++) {
+            for (int i = chunks.completed; i < calls.size(); i++) {
                 handler.onCompleteToolCall(new CompleteToolCall(i, calls.get(i)));
             }
             handler.onCompleteResponse(response);
@@ -111,47 +115,72 @@ public final class LlbStreamingChatModel extends LlbModel implements StreamingCh
     private static final class Chunks implements StreamingHandle {
         final CancellationToken token = new CancellationToken();
         private final StreamingChatResponseHandler handler;
+        private final boolean returnThinking;
         private final Map<Integer, String> ids = new HashMap<>();
         private final Map<Integer, String> names = new HashMap<>();
+        private final Map<Integer, StringBuilder> arguments = new HashMap<>();
+        /** Calls 0 to completed - 1 went to onCompleteToolCall. */
+        int completed;
+        /** Set once cancel() was called on this handle (not by a timeout). */
+        private volatile boolean cancelled;
 
-        Chunks(StreamingChatResponseHandler handler) {
+        Chunks(StreamingChatResponseHandler handler, boolean returnThinking) {
             this.handler = handler;
+            this.returnThinking = returnThinking;
         }
 
         @Override
         public void cancel() {
+            cancelled = true;
             token.cancel();
         }
 
         @Override
         public boolean isCancelled() {
-            return token.isCancelled();
+            return cancelled;
         }
 
         void accept(String chunkJson) {
             JsonNode delta = Mapping.parse(chunkJson).path("choices").path(0).path("delta");
-            String thinking = delta.path("reasoning_content").asText("");
-            if (!thinking.isEmpty() && !isCancelled()) {
+            String thinking = returnThinking ? delta.path("reasoning_content").asText("") : "";
+            if (!thinking.isEmpty() && !token.isCancelled()) {
                 handler.onPartialThinking(new PartialThinking(thinking), new PartialThinkingContext(this));
             }
             String content = delta.path("content").asText("");
-            if (!content.isEmpty() && !isCancelled()) {
+            if (!content.isEmpty() && !token.isCancelled()) {
                 handler.onPartialResponse(new PartialResponse(content), new PartialResponseContext(this));
             }
             for (JsonNode call : delta.path("tool_calls")) {
-                int index = call.path("index").asInt();
-                if (call.path("id").isTextual()) {
-                    ids.put(index, call.path("id").asText());
-                }
-                JsonNode function = call.path("function");
-                if (function.path("name").isTextual()) {
-                    names.merge(index, function.path("name").asText(), String::concat);
-                }
-                String arguments = function.path("arguments").asText("");
-                if (!arguments.isEmpty() && !isCancelled()) {
-                    handler.onPartialToolCall(PartialToolCall.builder().index(index).id(ids.get(index))
-                            .name(names.get(index)).partialArguments(arguments).build(), new PartialToolCallContext(this));
-                }
+                toolCall(call);
+            }
+        }
+
+        /** One tool call's delta; the first delta of call n completes the calls before it. */
+        private void toolCall(JsonNode call) {
+            int index = call.path("index").asInt();
+            completeBefore(index);
+            if (call.path("id").isTextual()) {
+                ids.put(index, call.path("id").asText());
+            }
+            JsonNode function = call.path("function");
+            if (function.path("name").isTextual()) {
+                names.merge(index, function.path("name").asText(), String::concat);
+            }
+            String partial = function.path("arguments").asText("");
+            arguments.computeIfAbsent(index, i -> new StringBuilder()).append(partial);
+            if (!partial.isEmpty() && !token.isCancelled()) {
+                handler.onPartialToolCall(PartialToolCall.builder().index(index).id(ids.get(index))
+                        .name(names.get(index)).partialArguments(partial).build(), new PartialToolCallContext(this));
+            }
+        }
+
+        /** Hands the calls before {@code index} that are not yet complete to {@code onCompleteToolCall}. */
+        private void completeBefore(int index) {
+            for (; completed < index && !token.isCancelled(); completed++) {
+                StringBuilder args = arguments.get(completed);
+                handler.onCompleteToolCall(new CompleteToolCall(completed, ToolExecutionRequest.builder()
+                        .id(ids.get(completed)).name(names.get(completed))
+                        .arguments(args == null ? "{}" : args.toString()).build()));
             }
         }
     }

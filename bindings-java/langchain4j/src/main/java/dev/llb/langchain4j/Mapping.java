@@ -43,10 +43,15 @@ final class Mapping {
 
     private Mapping() {}
 
-    /** Per-model request fields LangChain4j's parameters have no place for. */
-    record Extras(Long seed, Boolean parallelToolCalls, boolean strictTools, Integer reasoningBudget, Boolean speculative) {}
+    /**
+     * A model's way of writing requests and reading replies.
+     *
+     * @param strictTools tools in OpenAI's strict mode
+     * @param returnThinking whether the reply's reasoning is returned
+     */
+    record Style(boolean strictTools, boolean returnThinking) {}
 
-    static String request(ChatRequest request, Extras extras) {
+    static String request(ChatRequest request, Style style) {
         ObjectNode body = MAPPER.createObjectNode();
         ArrayNode messages = body.putArray("messages");
         for (ChatMessage message : request.messages()) {
@@ -86,27 +91,34 @@ final class Mapping {
         if (tools != null && !tools.isEmpty()) {
             ArrayNode array = body.putArray("tools");
             for (ToolSpecification tool : tools) {
-                array.add(tool(tool, extras.strictTools()));
+                array.add(tool(tool, style.strictTools()));
             }
             if (p.toolChoice() != null) {
                 body.put("tool_choice", toolChoice(p.toolChoice()));
             }
-            if (extras.parallelToolCalls() != null) {
-                body.put("parallel_tool_calls", extras.parallelToolCalls());
+            if (p instanceof LlbChatRequestParameters llb && llb.parallelToolCalls() != null) {
+                body.put("parallel_tool_calls", llb.parallelToolCalls());
             }
         } else if (p.toolChoice() == ToolChoice.REQUIRED) {
             throw new InvalidRequestException("ToolChoice.REQUIRED needs at least one tool specification");
         }
-        if (extras.seed() != null) {
-            body.put("seed", extras.seed());
-        }
-        if (extras.reasoningBudget() != null) {
-            body.put("reasoning_budget", extras.reasoningBudget());
-        }
-        if (extras.speculative() != null) {
-            body.put("speculative", extras.speculative());
+        if (p instanceof LlbChatRequestParameters llb) {
+            llbFields(body, llb);
         }
         return body.toString();
+    }
+
+    /** {@link LlbChatRequestParameters}' own fields that are set, by llb's names. */
+    private static void llbFields(ObjectNode body, LlbChatRequestParameters p) {
+        if (p.seed() != null) {
+            body.put("seed", p.seed());
+        }
+        if (p.reasoningBudget() != null) {
+            body.put("reasoning_budget", p.reasoningBudget());
+        }
+        if (p.speculative() != null) {
+            body.put("speculative", p.speculative());
+        }
     }
 
     /**
@@ -266,8 +278,8 @@ final class Mapping {
         }
     }
 
-    /** A {@code chat.completion} as a {@link ChatResponse}. */
-    static ChatResponse response(String completionJson, String modelName) {
+    /** A {@code chat.completion} as a {@link ChatResponse}; its reasoning only when {@code returnThinking}. */
+    static ChatResponse response(String completionJson, String modelName, boolean returnThinking) {
         JsonNode completion = parse(completionJson);
         JsonNode choice = completion.path("choices").path(0);
         JsonNode message = choice.path("message");
@@ -275,7 +287,7 @@ final class Mapping {
         if (message.path("content").isTextual()) {
             ai.text(message.path("content").asText());
         }
-        if (message.path("reasoning_content").isTextual()) {
+        if (returnThinking && message.path("reasoning_content").isTextual()) {
             ai.thinking(message.path("reasoning_content").asText());
         }
         List<ToolExecutionRequest> calls = new ArrayList<>();

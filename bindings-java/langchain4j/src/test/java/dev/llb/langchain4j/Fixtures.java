@@ -25,18 +25,27 @@ final class Fixtures {
         return generate(dir.resolve("plain.gguf"), "google-gemma-2-2b-it");
     }
 
+    /** A reasoning model: DeepSeek-R1's template opens the reasoning block in the generation prompt. */
+    static Path reasoningModel(Path dir) {
+        return generate(dir.resolve("r1.gguf"), "llama-bpe", "llama-cpp-deepseek-r1");
+    }
+
     /** One decoding thread: llama.cpp's spinning workers slow down many times over on a busy 2-core machine. */
     static ChatConfig config(Path model) {
         return ChatConfig.of(model).withContextSize(2048).withThreads(1);
     }
 
     private static Path generate(Path out, String template) {
+        return generate(out, "qwen2", template);
+    }
+
+    private static Path generate(Path out, String vocab, String template) {
         if (Files.exists(out)) {
             return out;
         }
         String cli = System.getProperty("llb.cli");
         assertTrue(cli != null && Files.isExecutable(Path.of(cli)), "set -Dllb.cli=/path/to/llb (the llb CLI generates the test models)");
-        List<String> command = List.of(cli, "fixture", "--vocab", "qwen2", "--template", template, "--out", out.toString());
+        List<String> command = List.of(cli, "fixture", "--vocab", vocab, "--template", template, "--out", out.toString());
         try {
             Process p = new ProcessBuilder(command).redirectErrorStream(true).start();
             String output = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);

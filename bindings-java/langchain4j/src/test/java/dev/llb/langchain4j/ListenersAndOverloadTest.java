@@ -125,8 +125,9 @@ class ListenersAndOverloadTest {
                         Thread.currentThread().interrupt();
                     }
                 }));
-        try (LlbChatModel model = LlbChatModel.builder().pool(pool).build();
-                LlbStreamingChatModel streaming = LlbStreamingChatModel.builder().pool(pool).build()) {
+        // maxRetries(0): the refusal itself (RetriesAndTimeoutTest retries it).
+        try (LlbChatModel model = LlbChatModel.builder().pool(pool).maxRetries(0).build();
+                LlbStreamingChatModel streaming = LlbStreamingChatModel.builder().pool(pool).maxRetries(0).build()) {
             assertTrue(running.await(60, TimeUnit.SECONDS));
             RetriableException e = assertThrows(RetriableException.class, () -> model.chat(hi(5)));
             assertInstanceOf(QueueFullException.class, e.getCause());

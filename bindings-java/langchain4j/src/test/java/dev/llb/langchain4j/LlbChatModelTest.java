@@ -92,7 +92,10 @@ class LlbChatModelTest {
                         UserMessage.from(TextContent.from("And "), TextContent.from("tomorrow?")))
                 .toolSpecifications(FORECAST).toolChoice(ToolChoice.AUTO).temperature(0.5).topP(0.9).topK(40)
                 .maxOutputTokens(100).stopSequences(List.of("END")).build();
-        JsonNode json = Mapping.parse(Mapping.request(request, new Mapping.Extras(3L, false, false, 2048, null)));
+        // As ChatModel.chat merges them: the model's defaults (llb's fields), the request's over them.
+        ChatRequest merged = ChatRequest.builder().messages(request.messages()).parameters(LlbChatRequestParameters.builder()
+                .seed(3L).parallelToolCalls(false).reasoningBudget(2048).build().overrideWith(request.parameters())).build();
+        JsonNode json = Mapping.parse(Mapping.request(merged, new Mapping.Style(false, false)));
         assertEquals(Mapping.parse("""
                 [{"role":"system","content":"Be brief."},
                  {"role":"user","content":"Forecast for Oslo?"},
@@ -159,7 +162,7 @@ class LlbChatModelTest {
                 .build();
         ChatRequest request = ChatRequest.builder().messages(UserMessage.from("Is Oslo in Norway?"))
                 .responseFormat(format).temperature(0.0).maxOutputTokens(32).build();
-        JsonNode sent = Mapping.parse(Mapping.request(request, new Mapping.Extras(null, null, false, null, null)));
+        JsonNode sent = Mapping.parse(Mapping.request(request, new Mapping.Style(false, false)));
         assertEquals(Mapping.parse("""
                 {"type":"json_schema","json_schema":{"name":"verdict","schema":{"type":"object",
                   "properties":{"answer":{"type":"string","enum":["yes","no"]}},"required":["answer"],

@@ -18,7 +18,9 @@ class SpeculativeRequestTest {
     private static final ChatRequest REQUEST = ChatRequest.builder().messages(UserMessage.from("Hi")).build();
 
     private static JsonNode sent(LlbModelBuilder<?, ?> builder) {
-        return Mapping.parse(Mapping.request(REQUEST, builder.extras()));
+        ChatRequest merged = ChatRequest.builder().messages(REQUEST.messages())
+                .parameters(builder.defaults().overrideWith(REQUEST.parameters())).build();
+        return Mapping.parse(Mapping.request(merged, builder.style()));
     }
 
     @Test
