@@ -53,6 +53,10 @@ if [ -f bindings-java/pom.xml ]; then
   # The same for a Spring AI application: dev.llb:llb-spring-ai and spring-ai-client-chat from ~/.m2,
   # on the class path, the library from dev.llb:llb's jar.
   (cd bindings-java/spring-ai-consumer-example && mvn -q -B test "${java_props[@]}")
+  # A Boot application with llb's starter and Spring AI's Ollama starter: spring.ai.model.chat picks one.
+  (cd bindings-java/spring-boot-consumer-example && mvn -q -B test "${java_props[@]}")
+  # The LangChain4j module again, against the newest LangChain4j 1.x Maven Central serves (1.19.0).
+  (cd bindings-java && mvn -q -B test -pl langchain4j -Plangchain4j-newest "${java_props[@]}")
   # mvn -q prints no summary: count the Surefire reports (mvn already failed on any failure).
   python3 - bindings-java/target/*/surefire-reports/TEST-*.xml <<'PY'
 import re, sys
