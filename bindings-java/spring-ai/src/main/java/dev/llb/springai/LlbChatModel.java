@@ -174,8 +174,7 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
             ChatModelObservationContext context = ChatModelObservationContext.builder()
                     .prompt(new Prompt(messages, observed(options))).provider(PROVIDER).build();
             ChatResponse response = observation(context).observe(() -> {
-                ChatResponse r = Mapping.response(invoke((p, cancel) -> p.infer(json, cancel), new CancellationToken()),
-                        modelName);
+                ChatResponse r = Mapping.response(infer(json), modelName);
                 context.setResponse(r);
                 return r;
             });
@@ -206,9 +205,15 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
                     .prompt(new Prompt(messages, observed(options))).provider(PROVIDER).streaming(true).build();
             Observation observation = started(context,
                     view.getOrDefault(ObservationThreadLocalAccessor.KEY, observationRegistry.getCurrentObservation()));
-            return Flux.<ChatResponse>create(sink -> generate(json, sink, context)).subscribeOn(streamScheduler, false) // requests must not queue behind the held thread
+            CancellationToken cancel = new CancellationToken();
+            Deadline deadline = Deadline.after(timeout, cancel); // from the subscription on
+            return Flux.<ChatResponse>create(sink -> generate(json, sink, context, cancel, deadline))
+                    .subscribeOn(streamScheduler, false) // requests must not queue behind the held thread
                     .doOnError(observation::error)
-                    .doFinally(signal -> observation.stop())
+                    .doFinally(signal -> {
+                        deadline.close();
+                        observation.stop();
+                    })
                     .contextWrite(c -> c.put(ObservationThreadLocalAccessor.KEY, observation));
         });
         if (!Boolean.TRUE.equals(options.getInternalToolExecutionEnabled())) {
@@ -240,8 +245,8 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
      * Runs one streamed request on this thread, handing its deltas to {@code sink}; the whole
      * completion goes to the observation's context.
      */
-    private void generate(String json, FluxSink<ChatResponse> sink, ChatModelObservationContext context) {
-        CancellationToken cancel = new CancellationToken();
+    private void generate(String json, FluxSink<ChatResponse> sink, ChatModelObservationContext context,
+            CancellationToken cancel, Deadline deadline) {
         sink.onDispose(cancel::cancel);
         Demand demand = new Demand(sink, () -> cancel.isCancelled() || pool.isClosed());
         Mapping.Chunks chunks = new Mapping.Chunks(modelName, response -> {
@@ -249,7 +254,7 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
             sink.next(response);
         });
         try {
-            String completion = invoke((p, token) -> p.stream(json, chunks::accept, token), cancel);
+            String completion = invoke((p, token) -> p.stream(json, chunks::accept, token), cancel, deadline);
             demand.release();
             context.setResponse(Mapping.response(completion, modelName));
             if (!cancel.isCancelled()) {
@@ -297,17 +302,23 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         }
     }
 
+    /** One {@code infer} of {@code json}, within the timeout from now. */
+    private String infer(String json) {
+        CancellationToken cancel = new CancellationToken();
+        try (Deadline deadline = Deadline.after(timeout, cancel)) {
+            return invoke((p, token) -> p.infer(json, token), cancel, deadline);
+        }
+    }
+
     /**
      * Runs {@code call} on the pool with {@code cancel}, tried again through the retry template
-     * while llb refuses it as transient, and cancelled when the timeout passes.
+     * while llb refuses it as transient; {@code deadline} cancels it when the timeout passes.
      */
-    private String invoke(BiFunction<ChatPool, CancellationToken, String> call, CancellationToken cancel) {
-        try (Deadline deadline = Deadline.after(timeout, cancel)) {
-            if (retryTemplate == null) {
-                return attempt(call, cancel, deadline);
-            }
-            return RetryUtils.execute(retryTemplate, () -> attempt(call, cancel, deadline));
+    private String invoke(BiFunction<ChatPool, CancellationToken, String> call, CancellationToken cancel, Deadline deadline) {
+        if (retryTemplate == null) {
+            return attempt(call, cancel, deadline);
         }
+        return RetryUtils.execute(retryTemplate, () -> attempt(call, cancel, deadline));
     }
 
     /** One try of {@link #invoke}: llb's errors as Spring AI's, a passed deadline as a non-transient one. */
