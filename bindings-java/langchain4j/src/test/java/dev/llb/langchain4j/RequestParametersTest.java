@@ -2,12 +2,16 @@ package dev.llb.langchain4j;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
-import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 
 import dev.langchain4j.data.message.UserMessage;
 import dev.langchain4j.model.chat.request.ChatRequest;
 import dev.langchain4j.model.chat.request.ChatRequestParameters;
 import dev.langchain4j.model.chat.request.DefaultChatRequestParameters;
+import dev.langchain4j.model.chat.request.ResponseFormat;
+import dev.langchain4j.model.chat.request.ResponseFormatType;
+import dev.langchain4j.model.chat.request.json.JsonObjectSchema;
+import dev.langchain4j.model.chat.request.json.JsonSchema;
 import java.nio.file.Path;
 import java.util.List;
 import org.junit.jupiter.api.Test;
@@ -23,19 +27,36 @@ class RequestParametersTest {
 
     @Test
     void aRequestsOwnSeedReachesLlb() {
-        try (LlbChatModel seeded7 = LlbChatModel.builder().config(Fixtures.config(Fixtures.toolModel(dir))).parallel(1)
-                .temperature(1.0).maxTokens(24).seed(7L).build();
-                LlbChatModel seeded1 = LlbChatModel.builder().config(Fixtures.config(Fixtures.toolModel(dir))).parallel(1)
-                        .temperature(1.0).maxTokens(24).seed(1L).build()) {
-            String byModel7 = seeded7.chat(request(null)).aiMessage().text();
-            String byModel1 = seeded1.chat(request(null)).aiMessage().text();
-            assertNotEquals(byModel7, byModel1, "different seeds sample different replies at temperature 1");
-            // The request's seed wins over the model's: seed 7 on the model seeded 1 samples what seed 7 does.
-            assertEquals(byModel7, seeded1.chat(request(7L)).aiMessage().text());
+        // Random weights are peaky (llb's min_p keeps one token): a JSON schema's grammar leaves
+        // several, and sampling hot from them, the seed decides.
+        try (LlbChatModel seeded1 = hot(LlbChatModel.builder().seed(1L))) {
+            String byModel = seeded1.chat(request(null)).aiMessage().text();
+            Long seed = null;
+            String bySeed = null;
+            for (long s = 2; s <= 20 && seed == null; s++) {
+                String reply = seeded1.chat(request(s)).aiMessage().text();
+                if (!reply.equals(byModel)) {
+                    seed = s;
+                    bySeed = reply;
+                }
+            }
+            assertNotNull(seed, "no request seed of 2 to 20 changed the reply: the request's seed does not reach llb");
+            assertEquals(bySeed, seeded1.chat(request(seed)).aiMessage().text(), "the same seed samples the same reply");
+            try (LlbChatModel seededThere = hot(LlbChatModel.builder().seed(seed))) {
+                assertEquals(bySeed, seededThere.chat(request(null)).aiMessage().text(),
+                        "a request's seed samples what the same seed on the model does");
+            }
             // A request with plain LangChain4j parameters keeps the model's llb fields (its seed).
-            ChatRequest plain = ChatRequest.builder().messages(UserMessage.from("Tell a story.")).temperature(1.0).build();
-            assertEquals(byModel1, seeded1.chat(plain).aiMessage().text());
+            ChatRequest plain = ChatRequest.builder().messages(UserMessage.from("Tell a story.")).temperature(2.0).build();
+            assertEquals(byModel, seeded1.chat(plain).aiMessage().text());
         }
+    }
+
+    private static LlbChatModel hot(LlbChatModel.Builder builder) {
+        ResponseFormat number = ResponseFormat.builder().type(ResponseFormatType.JSON).jsonSchema(JsonSchema.builder()
+                .name("r").rootElement(JsonObjectSchema.builder().addIntegerProperty("n").required("n").build()).build()).build();
+        return builder.config(Fixtures.config(Fixtures.toolModel(dir))).parallel(1).temperature(2.0).topK(0).topP(1.0)
+                .maxTokens(24).responseFormat(number).build();
     }
 
     private static ChatRequest request(Long seed) {
