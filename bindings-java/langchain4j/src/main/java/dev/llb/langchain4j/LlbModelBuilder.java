@@ -116,7 +116,9 @@ public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends
     /**
      * The time one call may take, waiting for a turn and retries included; then its request is
      * cancelled in the pool (its place freed at once) and the call fails with LangChain4j's
-     * {@code TimeoutException} (a stream: {@code onError}), which is not retried.
+     * {@code TimeoutException} (a stream: {@code onError}), which is not retried. A request
+     * still queued in the pool is seen as cancelled only when its turn comes (llb's limit): it
+     * then ends at once.
      *
      * @param timeout default: none
      * @return this builder

@@ -95,6 +95,7 @@ class RetriesAndTimeoutTest {
             TimeoutException e = assertThrows(TimeoutException.class, () -> chat.chat(story(100_000)));
             long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
             assertTrue(ms >= 200 && ms < 300, "chat ended after " + ms + " ms: " + e.getMessage());
+            System.out.println("timeout(200 ms): the chat ended after " + ms + " ms");
             assertEquals(0, busy(), "the pool is idle at once: " + pool.stats());
 
             CompletableFuture<ChatResponse> done = new CompletableFuture<>();
@@ -104,6 +105,7 @@ class RetriesAndTimeoutTest {
             ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
             assertInstanceOf(TimeoutException.class, streamed);
             assertTrue(ms >= 200 && ms < 300, "stream ended after " + ms + " ms");
+            System.out.println("timeout(200 ms): the stream ended after " + ms + " ms");
             assertEquals(0, busy(), "the pool is idle at once: " + pool.stats());
         }
     }

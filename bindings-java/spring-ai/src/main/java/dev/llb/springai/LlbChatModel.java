@@ -407,7 +407,9 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
 
         /**
          * The time one call or stream may take, waiting for a turn and retries included; then its
-         * request is cancelled in the pool and it fails with a {@code NonTransientAiException}.
+         * request is cancelled in the pool and it fails with a {@code NonTransientAiException}. A
+         * request still queued in the pool is seen as cancelled only when its turn comes (llb's
+         * limit): it then ends at once.
          *
          * @param timeout default: none
          * @return this builder

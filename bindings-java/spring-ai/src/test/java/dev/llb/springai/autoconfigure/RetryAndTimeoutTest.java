@@ -165,6 +165,7 @@ class RetryAndTimeoutTest {
                         });
                 long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
                 assertTrue(e.getMessage().contains("timeout"), e.getMessage());
+                System.out.println("llb.chat.timeout=200ms: the " + (stream ? "stream" : "call") + " ended after " + ms + " ms");
                 assertTrue(ms >= 200 && ms < 300, (stream ? "stream" : "call") + " ended after " + ms + " ms");
                 assertEquals(0, running(llb), "the pool is idle at once: " + llb.pool().stats());
             }
