@@ -69,7 +69,13 @@ fn prompt_cache_settings(s: &EngineSettings, model: &Model, cp: &crate::backend:
     let ram = s.prompt_cache_ram.unwrap_or_else(|| {
         request::prompt_cache_ram(context_kv_bytes(model, s.n_ctx, cp), machine_memory())
     });
-    prompt_cache::Settings { ram_bytes: ram, dir: s.prompt_cache_dir.clone(), disk_bytes: s.prompt_cache_disk }
+    prompt_cache::Settings {
+        ram_bytes: ram,
+        dir: s.prompt_cache_dir.clone(),
+        disk_bytes: s.prompt_cache_disk,
+        secret_file: s.prompt_cache_secret.clone(),
+        shared: s.prompt_cache_shared,
+    }
 }
 
 /// What an engine and a pool are made of. Field order matters for Drop: the scheduler (and its
@@ -170,13 +176,13 @@ fn drafters(settings: &EngineSettings, model: &Model, sched: &Scheduler, load: &
     let s = &settings.speculative;
     let lanes = settings.n_parallel as usize;
     let Some(draft) = &s.draft_model else {
-        return Drafters::new(s.kind, s.ngram_size, lanes, s.draft_max, s.draft_min).map(Some);
+        return Drafters::new(s.kind, s.ngram_size, lanes, s.draft_max, s.draft_min).map(|d| Some(d.costed(sched.costs())));
     };
     let draft_model = load_draft_model(draft, load)?;
     let ctx = DraftContext { n_ctx: settings.n_ctx, n_batch: settings.n_batch, n_threads: settings.n_threads };
     // SAFETY: the scheduler's live context, read for its model only.
-    unsafe { Drafters::with_model(sched.context_for_drafter(), draft_model, ctx, lanes, s.draft_max, s.draft_min) }
-        .map(Some)
+    let d = unsafe { Drafters::with_model(sched.context_for_drafter(), draft_model, ctx, lanes, s.draft_max, s.draft_min) };
+    d.map(|d| Some(d.costed(sched.costs())))
 }
 
 /// Whether `model`'s memory can cut a sequence (not recurrent, not hybrid).

@@ -118,7 +118,14 @@ impl<'a> Run<'a> {
         let mut admission = Admission::default();
         loop {
             match ticket.recv() {
-                Msg::Admitted(a) => admission = a,
+                Msg::Admitted(a) => {
+                    // Admitted again: a restored state failed and the prompt is read cold; the
+                    // warnings of both admissions are the request's.
+                    let mut warnings = std::mem::take(&mut admission.warnings);
+                    admission = a;
+                    warnings.append(&mut admission.warnings);
+                    admission.warnings = warnings;
+                }
                 Msg::Progress { done, total } => {
                     let ev = json!({"type": "progress", "stage": "prompt", "prompt_tokens_done": done, "prompt_tokens": total});
                     if !(self.emit)(&ev) {

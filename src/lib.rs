@@ -14,6 +14,7 @@ pub mod ffi;
 #[doc(hidden)]
 pub mod backend;
 mod call_syntax;
+mod cost;
 mod debug;
 #[doc(hidden)]
 pub mod engine;

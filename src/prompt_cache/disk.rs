@@ -7,8 +7,15 @@
 //! An index of this key's files (name → tokens) is refreshed from the directory on every lookup,
 //! so files another process wrote are found; a file that fails any check is deleted and reported
 //! once.
+//!
+//! The directory is private (src/prompt_cache/secret.rs): made 0700, refused when another user
+//! owns it or can write to it (unless `shared`); files are created 0600 under unpredictable
+//! temporary names with `O_EXCL | O_NOFOLLOW`, so a planted symlink cannot redirect a write; only
+//! llb's own file names are ever listed, evicted or deleted. What the writer could not do (a full
+//! disk, a state larger than the budget) is reported once, as a warning of the next lookup.
 
-use super::file::{self, Key, EXT};
+use super::file::{self, Key, Secret, EXT};
+use super::secret;
 use crate::tokens::Token;
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -29,7 +36,13 @@ struct Inner {
     dir: PathBuf,
     budget: u64,
     key: Key,
+    secret: Secret,
+    /// Files readable by the group (a cache shared on purpose) instead of private.
+    shared: bool,
     index: Mutex<Index>,
+    /// Warnings of the writer thread not yet handed to a request, and the kinds already
+    /// reported (each once).
+    pending: Mutex<(Vec<String>, HashSet<&'static str>)>,
     written: AtomicU64,
     evicted: AtomicU64,
     skipped: AtomicU64,
@@ -38,8 +51,8 @@ struct Inner {
 
 #[derive(Default)]
 struct Index {
-    /// This key's good files: name → tokens.
-    files: HashMap<String, Vec<Token>>,
+    /// This key's good files: name → tokens and bytes of state.
+    files: HashMap<String, (Vec<Token>, u64)>,
     /// Names already found bad (reported once).
     bad: HashSet<String>,
 }
@@ -65,14 +78,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Disk {
-    /// Opens (creates) `dir` and starts the writer.
-    pub fn open(dir: &Path, budget: u64, key: Key) -> std::io::Result<Disk> {
-        fs::create_dir_all(dir)?;
+    /// Opens (creates, 0700) `dir`, refused when others could plant files there (unless
+    /// `shared`), and starts the writer.
+    pub fn open(dir: &Path, budget: u64, key: Key, secret: Secret, shared: bool) -> std::io::Result<Disk> {
+        secret::private_dir(dir, shared)?;
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
             budget,
             key,
+            secret,
+            shared,
             index: Mutex::new(Index::default()),
+            pending: Mutex::default(),
             written: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
@@ -81,37 +98,53 @@ impl Disk {
         let (tx, rx) = sync_channel(QUEUE);
         let w = inner.clone();
         let thread = std::thread::Builder::new().name("llb-cache-writer".into()).spawn(move || w.serve(rx))?;
+        if budget == 0 {
+            inner.warn_once("budget0", format!("prompt_cache.disk_bytes is 0: nothing is written to {}", dir.display()));
+        }
         Ok(Disk { inner, usage: Mutex::new((None, 0, 0)), queue: Some(tx), thread: Some(thread) })
     }
 
     /// The file of this key sharing the longest prefix with `prompt` (at most `limit` tokens),
     /// if it shares at least `at_least`; and what was wrong with files found bad meanwhile.
-    pub fn best(&self, prompt: &[Token], limit: usize, at_least: usize) -> (Option<(String, usize)>, Vec<String>) {
-        let warnings = self.inner.refresh();
+    /// Returns its name, the shared tokens and its state's bytes.
+    pub fn best(&self, prompt: &[Token], limit: usize, at_least: usize) -> (Option<(String, usize, u64)>, Vec<String>) {
+        let mut warnings = self.inner.refresh();
+        warnings.append(&mut lock(&self.inner.pending).0);
         let index = lock(&self.inner.index);
         let best = index
             .files
             .iter()
-            .map(|(name, tokens)| (name, crate::tokens::common_prefix(tokens, prompt).min(limit)))
-            .filter(|&(_, n)| n >= at_least)
-            .max_by_key(|&(name, n)| (n, std::cmp::Reverse(name)));
-        (best.map(|(name, n)| (name.clone(), n)), warnings)
+            .map(|(name, (tokens, bytes))| (name, crate::tokens::common_prefix(tokens, prompt).min(limit), *bytes))
+            .filter(|&(_, n, _)| n >= at_least)
+            .max_by_key(|&(name, n, _)| (n, std::cmp::Reverse(name)));
+        (best.map(|(name, n, bytes)| (name.clone(), n, bytes)), warnings)
     }
 
-    /// Reads file `name` whole (checksum verified) and renews its place in the LRU order. A
-    /// file that fails is deleted; the error says why.
+    /// Reads file `name` whole (MAC verified) and renews its place in the LRU order. A file
+    /// that fails is deleted; the error says why.
     pub fn load(&self, name: &str) -> Result<(Vec<Token>, Vec<u8>), String> {
         let path = self.inner.dir.join(name);
-        match file::read(&path, &self.inner.key) {
-            Ok(got) => {
-                let _ = fs::File::options().write(true).open(&path).and_then(|f| f.set_modified(SystemTime::now()));
-                Ok(got)
-            }
+        match file::open_nofollow(&path).and_then(|mut f| {
+            let got = file::read(&mut f, &self.inner.key, &self.inner.secret)?;
+            let _ = f.set_modified(SystemTime::now());
+            Ok(got)
+        }) {
+            Ok(got) => Ok(got),
             Err(e) => {
                 self.inner.forget(name, true);
                 Err(format!("prompt-cache file {} ignored: {e}", path.display()))
             }
         }
+    }
+
+    /// Deletes file `name`: its state was found bad once restored (reported by the caller).
+    pub fn reject(&self, name: &str) {
+        self.inner.forget(name, true);
+    }
+
+    /// The name of the file of `tokens`.
+    pub fn name_of(&self, tokens: &[Token]) -> String {
+        file::name(&self.inner.key, tokens)
     }
 
     /// Queues `tokens` and their state for writing. `wait`: block for room in the queue
@@ -167,6 +200,13 @@ impl Drop for Disk {
     }
 }
 
+/// Whether `name` is one of llb's temporary files: `.NAME.RANDOM.part`.
+fn is_part(name: &str) -> bool {
+    let Some(inner) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".part")) else { return false };
+    let Some((stem, rand)) = inner.rsplit_once('.') else { return false };
+    rand.len() == 16 && rand.bytes().all(|c| c.is_ascii_hexdigit()) && file::is_name(stem)
+}
+
 /// A prompt-cache file in the directory.
 struct Listed {
     path: PathBuf,
@@ -193,10 +233,10 @@ impl Inner {
         rd.filter_map(|e| {
             let e = e.ok()?;
             let name = e.file_name().into_string().ok()?;
-            let meta = e.metadata().ok()?;
+            let meta = e.metadata().ok()?; // lstat: a symlink is not a file here
             let modified = meta.modified().ok()?;
-            let stale_part = name.ends_with(".part") && now.duration_since(modified).is_ok_and(|d| d > STALE_PART);
-            (meta.is_file() && (name.ends_with(&format!(".{EXT}")) || stale_part))
+            let stale_part = is_part(&name) && now.duration_since(modified).is_ok_and(|d| d > STALE_PART);
+            (meta.is_file() && (file::is_name(&name) || stale_part))
                 .then(|| Listed { path: e.path(), bytes: meta.len(), modified })
         })
         .collect()
@@ -220,9 +260,9 @@ impl Inner {
                 continue;
             }
             let path = self.dir.join(&name);
-            match fs::File::open(&path).and_then(|mut f| file::read_head(&mut f, &self.key)) {
+            match file::open_nofollow(&path).and_then(|mut f| file::read_head(&mut f, &self.key)) {
                 Ok(head) => {
-                    index.files.insert(name, head.tokens);
+                    index.files.insert(name, (head.tokens, head.state_len));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
@@ -252,32 +292,57 @@ impl Inner {
     fn write(&self, tokens: &[Token], state: &[u8]) {
         let size = (file::HEADER_LEN + tokens.len() * 4 + state.len()) as u64;
         let name = file::name(&self.key, tokens);
-        if size > self.budget || !self.make_room(size, &name) {
+        if size > self.budget {
             self.skipped.fetch_add(1, Relaxed);
-            return;
+            let why = format!("a state of {size} bytes does not fit prompt_cache.disk_bytes ({}): not written", self.budget);
+            return self.warn_once("budget", why);
         }
-        static N: AtomicU64 = AtomicU64::new(0);
-        let part = self.dir.join(format!(".{name}.{}-{}.part", std::process::id(), N.fetch_add(1, Relaxed)));
-        let done = fs::File::create(&part)
-            .and_then(|mut f| file::write(&mut std::io::BufWriter::new(&mut f), &self.key, tokens, state))
-            .and_then(|_| fs::rename(&part, self.dir.join(&name)));
-        if done.is_err() {
-            let _ = fs::remove_file(&part);
+        if !self.make_room(size, &name) {
             self.skipped.fetch_add(1, Relaxed);
-            return;
+            return self.warn_once("room", format!("{} holds files llb may not delete: not written", self.dir.display()));
+        }
+        if let Err(e) = self.write_file(&name, tokens, state) {
+            self.skipped.fetch_add(1, Relaxed);
+            return self.warn_once("write", format!("cannot write to {} ({e}): states are not kept on disk", self.dir.display()));
         }
         self.written.fetch_add(1, Relaxed);
         let dominated: Vec<String> = {
             let mut index = lock(&self.index);
-            index.files.insert(name.clone(), tokens.to_vec());
+            index.files.insert(name.clone(), (tokens.to_vec(), state.len() as u64));
             index
                 .files
                 .iter()
-                .filter(|(n, t)| **n != name && t.len() < tokens.len() && tokens.starts_with(t))
+                .filter(|(n, (t, _))| **n != name && t.len() < tokens.len() && tokens.starts_with(t))
                 .map(|(n, _)| n.clone())
                 .collect()
         };
         dominated.iter().for_each(|n| self.forget(n, false));
+    }
+
+    /// Writes file `name` under an unpredictable temporary name, created new and private (never
+    /// through a symlink), then renames it into place.
+    fn write_file(&self, name: &str, tokens: &[Token], state: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let part = self.dir.join(format!(".{name}.{}.part", file::hex(&secret::random::<8>()?)));
+        let mode = if self.shared { 0o640 } else { 0o600 };
+        let done = secret::create_private(&part, mode).and_then(|f| {
+            let mut w = std::io::BufWriter::new(f);
+            file::write(&mut w, &self.key, &self.secret, tokens, state)?;
+            w.flush()
+        });
+        let done = done.and_then(|_| fs::rename(&part, self.dir.join(name)));
+        if done.is_err() {
+            let _ = fs::remove_file(&part);
+        }
+        done
+    }
+
+    /// Reports `why` once per `kind`, with the next lookup's warnings.
+    fn warn_once(&self, kind: &'static str, why: String) {
+        let mut p = lock(&self.pending);
+        if p.1.insert(kind) {
+            p.0.push(format!("prompt cache: {why}"));
+        }
     }
 
     /// Deletes the files used least recently until `size` more bytes fit the budget (never

@@ -7,10 +7,13 @@
 //!
 //! A state is only valid for the model and state format it was made with: every file carries a
 //! [`Key`] of both (the model file's fingerprint, llb's and llama.cpp's versions, the KV cache's
-//! types and layout) and a checksum (src/prompt_cache/file.rs).
+//! types and layout) and a MAC keyed with the installation's secret (src/prompt_cache/file.rs,
+//! secret.rs): a file nobody with the secret wrote is refused. A state that passes is still
+//! checked against its tokens before llama.cpp takes it (src/scheduler/kv_state.rs).
 
 mod disk;
 mod file;
+pub mod secret;
 
 use crate::tokens::{common_prefix, Token};
 use serde_json::{json, Value};
@@ -33,6 +36,10 @@ pub struct Settings {
     /// The directory of the disk tier (None: no disk tier).
     pub dir: Option<PathBuf>,
     pub disk_bytes: u64,
+    /// The file of the MAC key (None: [`secret::default_path`]).
+    pub secret_file: Option<PathBuf>,
+    /// The directory may belong to, or be writable by, other users (a cache shared on purpose).
+    pub shared: bool,
 }
 
 /// Where a hit came from.
@@ -49,6 +56,9 @@ pub struct Hit {
     pub tokens: Vec<Token>,
     pub state: Arc<Vec<u8>>,
     pub tier: Tier,
+    /// The disk file it came from, and how long reading it took (a disk hit).
+    pub file: Option<String>,
+    pub load_time: Option<std::time::Duration>,
 }
 
 /// What a lookup found, and the files it found bad on the way (each a warning).
@@ -80,6 +90,15 @@ struct Counters {
     evictions: AtomicU64,
     restored_tokens: AtomicU64,
     refused: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl Ram {
+    fn drop_tokens(&mut self, tokens: &[Token]) {
+        let gone: u64 = self.entries.iter().filter(|e| e.tokens == tokens).map(entry_bytes).sum();
+        self.entries.retain(|e| e.tokens != tokens);
+        self.bytes -= gone;
+    }
 }
 
 pub struct PromptCache {
@@ -123,7 +142,21 @@ impl PromptCache {
     /// RAM tier lives and dies with its context).
     pub fn open(settings: &Settings, key: impl FnOnce() -> std::io::Result<Key>) -> std::io::Result<PromptCache> {
         let disk = match &settings.dir {
-            Some(dir) => Some(disk::Disk::open(dir, settings.disk_bytes, key()?)?),
+            Some(dir) => {
+                let path = match &settings.secret_file {
+                    Some(p) => p.clone(),
+                    None => secret::default_path()?,
+                };
+                if path.starts_with(dir) {
+                    return Err(std::io::Error::other(format!(
+                        "its secret ({}) must live outside the directory: whoever writes there could read it",
+                        path.display()
+                    )));
+                }
+                let secret = secret::load_or_create(&path, settings.shared)
+                    .map_err(|e| std::io::Error::other(format!("the secret {}: {e}", path.display())))?;
+                Some(disk::Disk::open(dir, settings.disk_bytes, key()?, secret, settings.shared)?)
+            }
             None => None,
         };
         Ok(PromptCache { ram_budget: settings.ram_bytes, ram: Mutex::default(), disk, counters: Counters::default() })
@@ -140,18 +173,22 @@ impl PromptCache {
     }
 
     /// The cached state sharing the longest prefix with `prompt` (counted up to `limit`), when
-    /// that is at least `at_least` tokens: RAM first, a disk file only when it shares more.
-    pub fn lookup(&self, prompt: &[Token], limit: usize, at_least: usize) -> Lookup {
+    /// that is at least `at_least` tokens and `pays` (tokens it gives, bytes of its state, its
+    /// tier: the cost model) says restoring it beats reading them: RAM first, a disk file only
+    /// when it shares more (and only then read).
+    pub fn lookup(&self, prompt: &[Token], limit: usize, at_least: usize, pays: &dyn Fn(usize, u64, Tier) -> bool) -> Lookup {
         let mut out = Lookup::default();
-        let ram = self.ram_best(prompt, limit, at_least);
+        let ram = self.ram_best(prompt, limit, at_least).filter(|h| pays(h.n, h.state.len() as u64, Tier::Ram));
         let floor = ram.as_ref().map_or(at_least, |h| h.n + 1);
         if let Some(d) = &self.disk {
             let (best, warnings) = d.best(prompt, limit, floor);
             out.warnings = warnings;
-            if let Some((name, n)) = best {
+            if let Some((name, n, _)) = best.filter(|&(_, n, bytes)| pays(n, bytes, Tier::Disk)) {
+                let t = std::time::Instant::now();
                 match d.load(&name) {
                     Ok((tokens, state)) => {
-                        out.hit = Some(Hit { n, tokens, state: Arc::new(state), tier: Tier::Disk })
+                        let load_time = Some(t.elapsed());
+                        out.hit = Some(Hit { n, tokens, state: Arc::new(state), tier: Tier::Disk, file: Some(name), load_time })
                     }
                     Err(w) => out.warnings.push(w),
                 }
@@ -177,7 +214,23 @@ impl PromptCache {
             .filter(|(n, _)| *n >= at_least)
             .max_by_key(|(n, _)| *n)?;
         e.1.last_used = clock;
-        Some(Hit { n: e.0, tokens: e.1.tokens.clone(), state: e.1.state.clone(), tier: Tier::Ram })
+        Some(Hit { n: e.0, tokens: e.1.tokens.clone(), state: e.1.state.clone(), tier: Tier::Ram, file: None, load_time: None })
+    }
+
+    /// The state of `tokens` (from disk file `file`) proved bad (reported by the caller): it is
+    /// dropped from RAM and its file deleted, so no request meets it again.
+    pub fn reject(&self, tokens: &[Token], file: Option<&str>) {
+        self.counters.rejected.fetch_add(1, Relaxed);
+        lock(&self.ram).drop_tokens(tokens);
+        if let Some(d) = &self.disk {
+            d.reject(file.unwrap_or(&d.name_of(tokens)));
+        }
+    }
+
+    /// The longest prefix of `tokens` a RAM entry already holds (what keeping them would add
+    /// nothing for).
+    pub fn holds(&self, tokens: &[Token]) -> usize {
+        lock(&self.ram).entries.iter().map(|e| if e.tokens.len() <= tokens.len() { common_prefix(&e.tokens, tokens) } else { 0 }).max().unwrap_or(0)
     }
 
     /// `n` tokens of `hit` are in the context now.
@@ -242,6 +295,7 @@ impl PromptCache {
             "ram_evictions": c.evictions.load(Relaxed),
             "restored_tokens": c.restored_tokens.load(Relaxed),
             "states_refused": c.refused.load(Relaxed),
+            "states_rejected": c.rejected.load(Relaxed),
         });
         if let (Some(d), Some(obj)) = (&self.disk, v.as_object_mut()) {
             if let Value::Object(more) = d.stats() {

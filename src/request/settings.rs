@@ -112,6 +112,9 @@ pub struct EngineSettings {
     pub prompt_cache_dir: Option<std::path::PathBuf>,
     /// The disk tier's budget: `prompt_cache.disk_bytes`, default 16 GiB.
     pub prompt_cache_disk: u64,
+    /// `prompt_cache.secret_file` (`~` expanded) and `prompt_cache.shared`.
+    pub prompt_cache_secret: Option<std::path::PathBuf>,
+    pub prompt_cache_shared: bool,
     /// Speculative decoding: `speculative.*` resolved.
     pub speculative: Speculation,
 }
@@ -217,6 +220,11 @@ fn validate_speculative(c: &super::wire::SpeculativeConfig) -> Result<()> {
 
 /// The prompt cache's default RAM budget for a context whose whole KV cache takes
 /// `context_kv_bytes`, on a machine with `memory` bytes (0: unknown).
+/// A path of the config, `~` expanded as a shell would.
+fn home(p: &str) -> std::path::PathBuf {
+    crate::prompt_cache::secret::expand_home(std::path::Path::new(p))
+}
+
 pub fn prompt_cache_ram(context_kv_bytes: u64, memory: u64) -> u64 {
     let mut b = context_kv_bytes.saturating_mul(PROMPT_CACHE_RAM_CONTEXTS).min(PROMPT_CACHE_RAM_MAX);
     if memory > 0 {
@@ -262,6 +270,12 @@ impl EngineConfig {
             if pc.dir.as_deref() == Some("") {
                 bail!(InvalidArgument, "field `prompt_cache.dir`: must be a directory path");
             }
+            if pc.secret_file.as_deref() == Some("") {
+                bail!(InvalidArgument, "field `prompt_cache.secret_file`: must be a file path");
+            }
+            if (pc.secret_file.is_some() || pc.shared.is_some()) && pc.dir.is_none() {
+                bail!(InvalidArgument, "fields `prompt_cache.secret_file` and `shared` concern `prompt_cache.dir`, which is not set");
+            }
             if pc.disk_bytes.is_some() && pc.dir.is_none() {
                 bail!(InvalidArgument, "field `prompt_cache.disk_bytes`: sets the budget of `prompt_cache.dir`, which is not set");
             }
@@ -306,7 +320,9 @@ impl EngineSettings {
             reasoning_budget: config.reasoning_budget,
             chat_template_kwargs: config.chat_template_kwargs.clone().unwrap_or_default(),
             prompt_cache_ram: config.prompt_cache.as_ref().and_then(|p| p.ram_bytes),
-            prompt_cache_dir: config.prompt_cache.as_ref().and_then(|p| p.dir.as_ref().map(Into::into)),
+            prompt_cache_dir: config.prompt_cache.as_ref().and_then(|p| p.dir.as_deref().map(home)),
+            prompt_cache_secret: config.prompt_cache.as_ref().and_then(|p| p.secret_file.as_deref().map(home)),
+            prompt_cache_shared: config.prompt_cache.as_ref().and_then(|p| p.shared).unwrap_or(false),
             prompt_cache_disk: config.prompt_cache.as_ref().and_then(|p| p.disk_bytes).unwrap_or(PROMPT_CACHE_DISK_BYTES),
             speculative: Speculation::resolve(config.speculative.as_ref()),
         })

@@ -131,6 +131,13 @@ pub struct PromptCacheConfig {
     /// Bytes of prompt-cache files the directory may hold.
     #[serde(default)]
     pub disk_bytes: Option<u64>,
+    /// The file of the secret that seals the directory's files (default
+    /// `$XDG_CONFIG_HOME/llb/prompt-cache.key`).
+    #[serde(default)]
+    pub secret_file: Option<String>,
+    /// The directory may belong to, or be writable by, other users (default false: refused).
+    #[serde(default)]
+    pub shared: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

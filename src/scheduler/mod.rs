@@ -14,12 +14,14 @@
 //! sequences are a [`slots::SlotTable`] that returns the KV operations to apply ([`KvOp`]). This
 //! module owns the thread, the context and the batch, and applies them.
 
+mod caching;
 mod job;
 mod kv_state;
 mod slots;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Model;
+use crate::cost::Costs;
 use crate::prompt_cache::{self, PromptCache};
 use crate::sys;
 use crate::threads::{ComputePool, Tuner};
@@ -119,6 +121,9 @@ struct Job {
     /// Its sequence keeps at most this many tokens: drafted tokens taken back leave it before
     /// the next decode (usize::MAX: nothing taken back).
     keep: usize,
+    /// Its sequence was restored from the prompt cache and has not been decoded into since: a
+    /// decode that fails or gives non-finite logits then reads the prompt cold instead, once.
+    probation: Option<caching::Origin>,
 }
 
 impl Job {
@@ -162,6 +167,8 @@ struct Shared {
     /// for a request that is sampling ([`SUBMIT_SPIN`]).
     submits: std::sync::atomic::AtomicU64,
     cache: PromptCache,
+    /// What this context's device charges for the work llb can trade (src/cost.rs).
+    costs: Arc<Costs>,
 }
 
 /// How long the scheduler spins, before it sleeps, for the token of a request that got its
@@ -240,6 +247,7 @@ impl Scheduler {
             config,
             submits: std::sync::atomic::AtomicU64::new(0),
             cache,
+            costs: Arc::default(),
         });
         // SAFETY: live context; the worker frees the pool after the context.
         let pool = unsafe { ComputePool::attach(ctx, shared.config.n_threads, shared.config.thread_poll) };
@@ -300,7 +308,13 @@ impl Scheduler {
             "tokens_held": held,
             "lost": st.lost,
             "prompt_cache": prompt_cache,
+            "cost_model": self.shared.costs.stats(),
         })
+    }
+
+    /// The costs this scheduler measures, for the decisions its requests make (drafts).
+    pub fn costs(&self) -> Arc<Costs> {
+        self.shared.costs.clone()
     }
 }
 
@@ -354,7 +368,7 @@ impl Reservation {
         let id = st.next_id;
         let mailbox = Arc::new(Mailbox::default());
         let prompt_len = tokens.len();
-        let job = Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new(), rows: 1, keep: usize::MAX };
+        let job = Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new(), rows: 1, keep: usize::MAX, probation: None };
         st.jobs.push(job);
         // The job now holds the place: the reservation's Drop must not give it back.
         st.reserved -= 1;
@@ -498,6 +512,9 @@ struct Worker {
     /// Set when a decode lost an RPC server: the context is unusable, every later request fails
     /// with this error (the engine or pool must be recreated).
     lost: Option<Error>,
+    /// The model's memory is a plain KV cache (not recurrent or hybrid): states are checked
+    /// cell by cell before a restore (src/scheduler/kv_state.rs).
+    plain_kv: bool,
 }
 
 impl Drop for Worker {
@@ -536,6 +553,8 @@ impl Worker {
             pool,
             tuner,
             uses_rpc: model.uses_rpc,
+            // SAFETY: a live model.
+            plain_kv: unsafe { !sys::llama_model_is_recurrent(model.raw()) && !sys::llama_model_is_hybrid(model.raw()) },
             lost: None,
         }
     }
@@ -547,82 +566,6 @@ impl Worker {
         if self.shared.cache.persists() {
             self.stash_all();
         }
-    }
-
-    /// Keeps what sequence `seq` holds (`tokens`) in the prompt cache, before it leaves the
-    /// context. `wait`: for the disk writer (the process is ending).
-    fn stash(&self, seq: usize, tokens: Vec<Token>, wait: bool) {
-        let t = Instant::now();
-        // SAFETY: the worker's live context, on its thread.
-        let Some(state) = (unsafe { kv_state::read(self.ctx.0, seq) }) else { return };
-        if crate::debug::enabled() {
-            eprintln!("[llb] prompt cache: kept {} tokens ({} bytes) in {:?}", tokens.len(), state.len(), t.elapsed());
-        }
-        self.shared.cache.keep(tokens, state, wait);
-    }
-
-    /// Shutting down with a disk tier: every idle sequence worth keeping goes to disk, so the
-    /// next process finds the conversations this one still held.
-    fn stash_all(&self) {
-        let st = lock(&self.shared.state);
-        for (seq, n) in st.slots.tokens_held().into_iter().enumerate() {
-            if n >= prompt_cache::MIN_TOKENS {
-                self.stash(seq, st.slots.held(seq).to_vec(), true);
-            }
-        }
-    }
-
-    /// Writes `hit`'s state into the empty sequence `seq` and cuts it after the prompt's prefix;
-    /// with no room for it in the KV cache, evicts idle sequences (least recently used first,
-    /// stashed as they go) and tries again. False when llama.cpp refuses it all the same.
-    fn write_state(&self, slots: &mut SlotTable, seq: usize, hit: &prompt_cache::Hit) -> bool {
-        loop {
-            // SAFETY: the worker's live context, on its thread; `seq` is empty.
-            if unsafe { kv_state::write(self.ctx.0, seq, &hit.state) } {
-                // SAFETY: live memory; a refused cut leaves the sequence as it was.
-                return unsafe { sys::llama_memory_seq_rm(self.mem, seq as i32, hit.n as i32, -1) };
-            }
-            match slots.make_room(&[], 0) {
-                Some(Room::Evicted(op)) => self.apply(slots, vec![op]),
-                _ => return false,
-            }
-        }
-    }
-
-    /// Puts the longest cached state of job `ji`'s prompt into its sequence `seq` when that
-    /// beats what the sequence holds by [`prompt_cache::MIN_TOKENS`]: the sequence is emptied,
-    /// the state written and cut after the shared prefix.
-    fn restore(&self, st: &mut State, ji: usize, seq: usize) -> Admission {
-        let have = st.slots.held(seq).len();
-        let prompt = &st.jobs[ji].tokens;
-        let limit = prompt.len().saturating_sub(1);
-        let mut out = Admission { cached: have, ..Admission::default() };
-        if !self.shared.cache.enabled() || limit < have + prompt_cache::MIN_TOKENS {
-            return out;
-        }
-        let t = Instant::now();
-        let found = self.shared.cache.lookup(prompt, limit, have + prompt_cache::MIN_TOKENS);
-        out.warnings = found.warnings;
-        let Some(hit) = found.hit else { return out };
-        let op = st.slots.discard(seq);
-        self.apply(&mut st.slots, vec![op]);
-        if !self.write_state(&mut st.slots, seq, &hit) {
-            // SAFETY: live memory; removing a whole sequence never fails.
-            unsafe { sys::llama_memory_seq_rm(self.mem, seq as i32, -1, -1) };
-            self.shared.cache.refused();
-            out.cached = 0;
-            out.warnings.push(format!(
-                "the prompt cache's state of {} tokens was refused by llama.cpp (no room in the context?): the prompt is read",
-                hit.tokens.len()
-            ));
-            return out;
-        }
-        st.slots.restored(seq, &hit.tokens[..hit.n]);
-        self.shared.cache.restored(hit.n);
-        if crate::debug::enabled() {
-            eprintln!("[llb] prompt cache: restored {} of {} tokens ({:?}) in {:?}", hit.n, prompt.len(), hit.tier, t.elapsed());
-        }
-        Admission { cached: hit.n, restored: hit.n, restore_time: t.elapsed(), warnings: out.warnings }
     }
 
     /// Waits until there is work, then builds the next batch (None: shut down).
@@ -686,7 +629,7 @@ impl Worker {
     /// llama.cpp refuses is replaced by what the table says instead.
     fn apply(&self, slots: &mut SlotTable, ops: Vec<KvOp>) {
         for (seq, tokens) in slots.take_leaving() {
-            self.stash(seq, tokens, false);
+            self.stash(seq, tokens, false, slots);
         }
         for op in ops {
             match op {
@@ -856,6 +799,12 @@ impl Worker {
         unsafe { sys::llama_set_n_threads(self.ctx.0, permit.n as i32, permit.n as i32) };
         // SAFETY: live context; the batch was filled within its capacity.
         let rc = unsafe { crate::backend::decode(self.ctx.0, self.batch) };
+        if matches!(rc, Ok(0)) {
+            // An asynchronous backend (CUDA) returns once the graph is queued: the step's time
+            // includes the device's work only once it is done (docs/design.md, "Timings").
+            // SAFETY: live context, on its thread.
+            unsafe { sys::llama_synchronize(self.ctx.0) };
+        }
         let took = t.elapsed();
         let used = permit.n;
         drop(permit);
@@ -864,6 +813,8 @@ impl Worker {
         match rc {
             Ok(0) => {
                 self.last_decode = took;
+                let drafted = entries.iter().map(|e| e.rows.saturating_sub(1)).sum();
+                self.shared.costs.record_batch(n_tokens, drafted, took.as_secs_f64() * 1e3);
                 if let Some(t) = &mut self.tuner {
                     let moved = t.record(n_tokens, used, took.as_secs_f64());
                     if let Some(n) = moved.filter(|_| crate::debug::enabled()) {
@@ -873,6 +824,7 @@ impl Worker {
                 self.deliver(&mut st, &entries, took);
             }
             Ok(1) => self.make_room(&mut st, &entries),
+            Ok(rc) if self.retry_cold(&mut st, &entries, &format!("llama_decode failed (code {rc})")) => {}
             Ok(rc) => self.fail(
                 &mut st,
                 &entries,
@@ -910,6 +862,7 @@ impl Worker {
 
     fn deliver(&mut self, st: &mut State, entries: &[Entry], took: Duration) {
         let mut row = 0i32;
+        let mut bad_restores = Vec::new();
         for e in entries {
             st.slots.decoded(e.slot, &e.tokens);
             row += e.tokens.len() as i32;
@@ -919,13 +872,24 @@ impl Worker {
                 j.mailbox.post(Msg::Progress { done: held.min(j.prompt_len), total: j.prompt_len });
             }
             if e.rows > 0 {
-                let msg = match self.rows(row - e.rows as i32, e.rows, std::mem::take(&mut j.spare)) {
+                let rows = self.rows(row - e.rows as i32, e.rows, std::mem::take(&mut j.spare));
+                if j.probation.is_some() {
+                    if !rows.as_ref().is_some_and(|r| r.iter().all(|x| x.is_finite())) {
+                        bad_restores.push(j.id);
+                        continue;
+                    }
+                    j.probation = None;
+                }
+                let msg = match rows {
                     Some(rows) => Msg::Logits(rows, took),
                     None => Msg::Failed(Error::new(ErrorCode::Internal, "llama.cpp returned no logits")),
                 };
                 j.state.logits_delivered(Instant::now());
                 j.mailbox.post(msg);
             }
+        }
+        for id in bad_restores {
+            self.restart_cold(st, id, "its first logits are not finite");
         }
     }
 

@@ -12,10 +12,16 @@
 //!   tokens are already in the sequence and the next row is there: no decode. At the first step
 //!   that differs, the rest of the draft is taken back and the step is submitted with a new draft.
 //!
+//! How long a draft is comes from the cost model (src/cost.rs): a lane verifies only as many
+//! drafted tokens as its acceptance pays for at the measured cost of their rows in the step. A
+//! lane that stops paying drafts in the shadow: the drafter still proposes, nothing is verified,
+//! and the reply's own next tokens say how much would have been accepted, until it pays again.
+//!
 //! Every token is still chosen from the model's own logits for the same prefix, with the same
 //! random draws in the same order: the reply is token for token the reply without speculation,
 //! at any temperature and seed (llama.cpp's acceptance rule, common_sampler_sample_and_accept_n).
 
+use crate::cost::{Acceptance, Costs};
 use crate::error::Result;
 use crate::model::Model;
 use crate::shim::{DraftContext, SpecDrafter};
@@ -33,9 +39,18 @@ pub struct Drafters {
     /// The most tokens a draft holds, and the fewest worth verifying.
     draft_max: usize,
     draft_min: usize,
+    /// The engine's or pool's costs (None: every draft is verified whole, as tests of the
+    /// mechanics want).
+    costs: Option<Arc<Costs>>,
 }
 
 impl Drafters {
+    /// Draft lengths chosen by `costs` (src/cost.rs).
+    pub fn costed(mut self, costs: Arc<Costs>) -> Drafters {
+        self.costs = Some(costs);
+        self
+    }
+
     /// llama.cpp's drafter `kind` (an n-gram type, n-grams of `ngram_size` tokens) for `lanes`
     /// requests at once.
     pub fn new(kind: &str, ngram_size: u16, lanes: usize, draft_max: usize, draft_min: usize) -> Result<Drafters> {
@@ -70,6 +85,7 @@ impl Drafters {
             lanes,
             draft_max,
             draft_min,
+            costs: None,
         }
     }
 
@@ -77,9 +93,7 @@ impl Drafters {
         self.drafter.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Requests speculating now (at least 1): a draft's share of the batch. On a CPU a decode's
-    /// cost grows with its tokens, and a pool's batch already holds every running request's step:
-    /// `draft_max` is split between them (docs/design.md, "Speculative decoding").
+    /// Requests speculating now (at least 1): they share the step a draft rides on.
     fn busy_lanes(&self) -> usize {
         self.lanes.saturating_sub(self.free().len()).max(1)
     }
@@ -123,6 +137,10 @@ pub struct Speculation<'a> {
     round_accepted: usize,
     /// The drafter failed (a draft model's decode, say): this request drafts no more.
     failed: bool,
+    /// A proposal not verified (it did not pay): the reply's next tokens are compared with it.
+    shadow: std::collections::VecDeque<Token>,
+    /// How often this lane's drafted tokens are accepted.
+    acceptance: Acceptance,
     pub stats: DraftStats,
 }
 
@@ -139,6 +157,8 @@ impl<'a> Speculation<'a> {
             round: 0,
             round_accepted: 0,
             failed: false,
+            shadow: Default::default(),
+            acceptance: Acceptance::default(),
             stats: DraftStats::default(),
         };
         drafters.drafter().begin(lane, prompt)?;
@@ -150,10 +170,12 @@ impl<'a> Speculation<'a> {
         if !self.failed {
             self.fresh.extend_from_slice(step);
         }
+        self.follow_shadow(step);
         let matched = step.iter().zip(&self.pending).take_while(|(a, b)| a == b).count();
         self.pending.drain(..matched);
         self.stats.accepted += matched;
         self.round_accepted += matched;
+
         if matched == step.len() && matched > 0 {
             return Followed::Whole(matched);
         }
@@ -167,8 +189,8 @@ impl<'a> Speculation<'a> {
     /// nothing repeats or the draft is shorter than `draft_min`.
     pub fn draft(&mut self, room: usize, valid: impl FnOnce(&[Token]) -> Result<usize>) -> Result<Vec<Token>> {
         let d = self.drafters;
-        let n_max = (d.draft_max / d.busy_lanes()).min(room);
-        if self.failed || n_max == 0 || n_max < d.draft_min {
+        let n_max = d.draft_max.min(room);
+        if self.failed || n_max == 0 || n_max < d.draft_min || !self.shadow.is_empty() {
             return Ok(Vec::new());
         }
         let mut draft = match self.propose(n_max) {
@@ -182,10 +204,33 @@ impl<'a> Speculation<'a> {
         if draft.len() < d.draft_min.max(1) {
             return Ok(Vec::new());
         }
+        if let Some(costs) = &d.costs {
+            let worth = costs.draft_len(draft.len(), self.acceptance.p(), d.busy_lanes());
+            if worth < d.draft_min.max(1) {
+                self.round = draft.len(); // the drafter hears how much of it would have been accepted
+                self.shadow.extend(draft);
+                return Ok(Vec::new());
+            }
+            draft.truncate(worth);
+        }
         self.round = draft.len();
         self.stats.drafted += draft.len();
         self.pending.extend(&draft);
         Ok(draft)
+    }
+
+    /// The reply's `step` against a proposal that was not verified: how much of it would have
+    /// been accepted, for the lane's acceptance (and the drafter's, as a verified round).
+    fn follow_shadow(&mut self, step: &[Token]) {
+        if self.shadow.is_empty() {
+            return;
+        }
+        let matched = step.iter().zip(&self.shadow).take_while(|(a, b)| a == b).count();
+        self.shadow.drain(..matched);
+        self.round_accepted += matched;
+        if matched < step.len() {
+            self.shadow.clear();
+        }
     }
 
     /// Tells the drafter how much of its last draft was accepted, hands it the new tokens and
@@ -193,6 +238,7 @@ impl<'a> Speculation<'a> {
     fn propose(&mut self, n_max: usize) -> Result<Vec<Token>> {
         let d = self.drafters;
         if self.round > 0 {
+            self.acceptance.record(self.round, self.round_accepted);
             d.drafter().accept(self.lane, self.round_accepted)?;
             (self.round, self.round_accepted) = (0, 0);
         }

@@ -1,0 +1,304 @@
+//! The cost model: what this engine's or pool's device charges for the work llb can trade
+//! against other work, learned online from its own decodes, and the decisions that ask it.
+//!
+//! - **Batches**: the time of a decode of n tokens (device work included: the scheduler times
+//!   `llama_decode` through `llama_synchronize`), an average per power-of-two size class,
+//!   interpolated between the classes measured. A prompt's cost is its chunks'; a draft's cost is
+//!   what its rows add to the step they ride on.
+//! - **States**: bytes per ms of a sequence's state out of the context (a stash), back in (a
+//!   restore), and off the disk.
+//!
+//! The decisions (docs/design.md, "The cost model"):
+//! - restore a cached prefix only where putting its state back costs less than reading the
+//!   tokens it gives ([`Costs::restore_pays`]);
+//! - keep a leaving sequence only where the tokens that really leave (not those another sequence
+//!   or the cache still holds) would cost more to read again, weighted by how often kept states
+//!   came back, than the stash costs now plus the restore later ([`Costs::stash_pays`]);
+//! - draft only as many tokens as the lane's acceptance pays for at the measured marginal cost
+//!   of their rows in the pool's step ([`Costs::draft_len`]).
+//!
+//! Nothing measured yet means "try it": the first stash, restore or draft measures what it
+//! costs. On a CPU (a verifying batch costs about its length, a state is a memcpy) the decisions
+//! come out as the features' defaults; on a GPU (a prompt is read at tens of thousands of tokens
+//! a second, rows are free up to a point, a state crosses the bus in many small copies) they turn
+//! over. Unit tests feed both profiles.
+
+use serde_json::{json, Value};
+use std::sync::Mutex;
+
+/// Size classes of batches: 1, 2-3, 4-7, ... up to 2^16 tokens.
+const CLASSES: usize = 17;
+/// Weight of a new measurement in its average.
+const ALPHA: f64 = 0.2;
+/// How the counts of kept states and their returns fade.
+const KEPT_FADE: f64 = 0.95;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Point {
+    /// Average tokens and ms of the decodes of this size class.
+    n: f64,
+    ms: f64,
+    seen: u64,
+}
+
+/// Decode time by batch size.
+#[derive(Debug, Clone, Default)]
+struct Curve {
+    classes: [Point; CLASSES],
+}
+
+impl Curve {
+    fn record(&mut self, n: usize, ms: f64) {
+        let c = &mut self.classes[class(n)];
+        let a = if c.seen == 0 { 1.0 } else { ALPHA.max(1.0 / (c.seen as f64 + 1.0)) };
+        c.n += a * (n as f64 - c.n);
+        c.ms += a * (ms - c.ms);
+        c.seen += 1;
+    }
+
+    fn points(&self) -> impl Iterator<Item = &Point> {
+        self.classes.iter().filter(|p| p.seen > 0)
+    }
+
+    /// Estimated ms of a decode of `n` tokens: linear between the measured classes around it,
+    /// the smallest's time below them (a smaller batch costs no more), proportional to the
+    /// tokens above the largest. None before any decode.
+    fn at(&self, n: usize) -> Option<f64> {
+        let n = n.max(1) as f64;
+        let mut below: Option<&Point> = None;
+        for p in self.points() {
+            if p.n >= n {
+                return Some(match below {
+                    None => p.ms,
+                    Some(b) if p.n > b.n => b.ms + (p.ms - b.ms) * (n - b.n) / (p.n - b.n),
+                    Some(_) => p.ms,
+                });
+            }
+            below = Some(p);
+        }
+        below.map(|b| b.ms * n / b.n)
+    }
+}
+
+fn class(n: usize) -> usize {
+    (usize::BITS - n.max(1).leading_zeros() - 1).min(CLASSES as u32 - 1) as usize
+}
+
+/// Bytes per ms of one kind of state transfer.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rate {
+    bytes_per_ms: f64,
+    seen: u64,
+}
+
+impl Rate {
+    fn record(&mut self, bytes: usize, ms: f64) {
+        let r = bytes as f64 / ms.max(1e-3);
+        let a = if self.seen == 0 { 1.0 } else { ALPHA };
+        self.bytes_per_ms += a * (r - self.bytes_per_ms);
+        self.seen += 1;
+    }
+
+    fn ms(&self, bytes: u64) -> Option<f64> {
+        (self.seen > 0).then(|| bytes as f64 / self.bytes_per_ms.max(1e-9))
+    }
+}
+
+#[derive(Debug, Default)]
+struct Model {
+    batch: Curve,
+    state_out: Rate,
+    state_in: Rate,
+    disk_read: Rate,
+    /// Average bytes of a sequence's state per token it holds.
+    state_bytes_per_token: f64,
+    /// States kept, and restores of kept states (how often a kept state comes back), counts
+    /// that fade by [`KEPT_FADE`] with every state kept: recent ones weigh most, and the chance
+    /// never falls so low that a device where states pay stops keeping them for good.
+    kept: f64,
+    came_back: f64,
+    /// Draft rows in the last decode (every lane's).
+    last_draft_rows: usize,
+    restores_skipped: u64,
+    stashes_skipped: u64,
+    draft_tokens_cut: u64,
+}
+
+impl Model {
+    fn keep(&mut self) {
+        self.kept = self.kept * KEPT_FADE + 1.0;
+        self.came_back *= KEPT_FADE;
+    }
+}
+
+/// One engine's or pool's costs (shared by its scheduler thread and its requests).
+#[derive(Debug, Default)]
+pub struct Costs {
+    m: Mutex<Model>,
+}
+
+/// Which state transfer was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transfer {
+    /// Out of the context (a stash).
+    Out,
+    /// Into the context (a restore).
+    In,
+    /// Off the disk tier.
+    DiskRead,
+}
+
+impl Costs {
+    fn model(&self) -> std::sync::MutexGuard<'_, Model> {
+        self.m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A decode of `tokens` tokens, `draft_rows` of them drafted, took `ms`.
+    pub fn record_batch(&self, tokens: usize, draft_rows: usize, ms: f64) {
+        let mut m = self.model();
+        m.batch.record(tokens, ms);
+        m.last_draft_rows = draft_rows;
+    }
+
+    /// A state of `bytes` (of a sequence of `tokens` tokens) moved in `ms`.
+    pub fn record_state(&self, t: Transfer, bytes: usize, tokens: usize, ms: f64) {
+        let mut m = self.model();
+        match t {
+            Transfer::Out => m.state_out.record(bytes, ms),
+            Transfer::In => m.state_in.record(bytes, ms),
+            Transfer::DiskRead => m.disk_read.record(bytes, ms),
+        }
+        if tokens > 0 {
+            let per = bytes as f64 / tokens as f64;
+            let a = if m.state_bytes_per_token == 0.0 { 1.0 } else { ALPHA };
+            m.state_bytes_per_token += a * (per - m.state_bytes_per_token);
+        }
+    }
+
+    /// Estimated ms to read `tokens` prompt tokens in chunks of `n_batch` (None: nothing
+    /// measured yet).
+    #[cfg(test)]
+    pub fn prompt_ms(&self, tokens: usize, n_batch: usize) -> Option<f64> {
+        prompt_ms(&self.model().batch, tokens, n_batch)
+    }
+
+    /// Whether restoring a state of `bytes` (from the disk: `from_disk`) beats reading the
+    /// `tokens` it gives beyond what the sequence holds.
+    pub fn restore_pays(&self, tokens: usize, bytes: u64, from_disk: bool, n_batch: usize) -> bool {
+        let mut m = self.model();
+        let read = prompt_ms(&m.batch, tokens, n_batch);
+        let put = m.state_in.ms(bytes).map(|ms| ms + if from_disk { m.disk_read.ms(bytes).unwrap_or(0.0) } else { 0.0 });
+        let pays = match (read, put) {
+            (Some(read), Some(put)) => put < read,
+            _ => true, // not measured yet: this restore measures it
+        };
+        if !pays {
+            m.restores_skipped += 1;
+        }
+        pays
+    }
+
+    /// A restore of a kept state happened (it came back).
+    pub fn came_back(&self) {
+        let mut m = self.model();
+        m.came_back = (m.came_back + 1.0).min(m.kept);
+    }
+
+    /// Whether keeping a leaving sequence of `held` tokens, of which `leaving` would be lost
+    /// to the context and the cache, pays: the chance it comes back times what reading them
+    /// again would cost beyond restoring them, against the stash's cost now.
+    pub fn stash_pays(&self, held: usize, leaving: usize, n_batch: usize) -> bool {
+        let mut m = self.model();
+        let bytes = (m.state_bytes_per_token * held as f64) as u64;
+        let (Some(out), Some(read)) = (m.state_out.ms(bytes), prompt_ms(&m.batch, leaving, n_batch)) else {
+            m.keep();
+            return true; // not measured yet: this stash measures it
+        };
+        let back = m.state_in.ms(bytes).unwrap_or(out);
+        // Laplace's rule on how often kept states came back.
+        let p = (m.came_back + 1.0) / (m.kept + 2.0);
+        let pays = p * (read - back) > out;
+        if pays {
+            m.keep();
+        } else {
+            m.stashes_skipped += 1;
+        }
+        pays
+    }
+
+    /// How many of the `proposed` drafted tokens are worth verifying for a lane whose drafted
+    /// tokens are each accepted with probability `p` (after the one before was), with `lanes`
+    /// requests in the step: the length whose expected accepted tokens save most step time for
+    /// the extra rows, 0 when none pays.
+    pub fn draft_len(&self, proposed: usize, p: f64, lanes: usize) -> usize {
+        let mut m = self.model();
+        let lanes = lanes.max(1);
+        let base_n = lanes + m.last_draft_rows;
+        let Some(base) = m.batch.at(base_n) else { return proposed };
+        let (mut best, mut best_gain, mut expected, mut reach) = (0, 0.0, 0.0, 1.0);
+        for k in 1..=proposed {
+            reach *= p;
+            expected += reach;
+            let extra = m.batch.at(base_n + k).unwrap_or(base) - base;
+            // Each accepted token saves this lane one step (shared by `lanes` requests); the
+            // rows cost every request of the step.
+            let gain = expected * base / lanes as f64 - extra;
+            if gain > best_gain {
+                (best, best_gain) = (k, gain);
+            }
+        }
+        m.draft_tokens_cut += (proposed - best) as u64;
+        best
+    }
+
+    /// For pool stats: what was measured and decided.
+    pub fn stats(&self) -> Value {
+        let m = self.model();
+        let rate = |r: &Rate| (r.seen > 0).then(|| (r.bytes_per_ms * 1000.0 / 1e6 * 10.0).round() / 10.0);
+        json!({
+            "batch_ms": m.batch.points().map(|p| json!([p.n.round(), (p.ms * 1000.0).round() / 1000.0])).collect::<Vec<_>>(),
+            "state_out_mb_per_s": rate(&m.state_out),
+            "state_in_mb_per_s": rate(&m.state_in),
+            "disk_read_mb_per_s": rate(&m.disk_read),
+            "came_back_share": ((m.came_back + 1.0) / (m.kept + 2.0) * 100.0).round() / 100.0,
+            "restores_skipped": m.restores_skipped,
+            "stashes_skipped": m.stashes_skipped,
+            "draft_tokens_cut": m.draft_tokens_cut,
+        })
+    }
+}
+
+fn prompt_ms(batch: &Curve, tokens: usize, n_batch: usize) -> Option<f64> {
+    let n_batch = n_batch.max(1);
+    let full = (tokens / n_batch) as f64;
+    let rest = tokens % n_batch;
+    let chunk = if full > 0.0 { batch.at(n_batch)? * full } else { 0.0 };
+    Some(chunk + if rest > 0 { batch.at(rest)? } else { 0.0 })
+}
+
+/// A lane's acceptance: the chance that a drafted token is accepted once the one before it was,
+/// from counts that fade (recent rounds weigh most), with Laplace's prior of one half.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Acceptance {
+    accepted: f64,
+    refused: f64,
+}
+
+impl Acceptance {
+    /// A round of `drafted` tokens had its first `accepted` accepted.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        const FADE: f64 = 0.6;
+        self.accepted = self.accepted * FADE + accepted as f64;
+        self.refused = self.refused * FADE + f64::from(u8::from(accepted < drafted));
+    }
+
+    pub fn p(&self) -> f64 {
+        (self.accepted + 1.0) / (self.accepted + self.refused + 2.0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,156 @@
+//! The decisions under injected device profiles: a GPU's (a prompt read at 35k tokens/s, rows
+//! free up to 32, states at 0.8 GB/s) and a CPU's (a batch costs about its length, a state is a
+//! memcpy), each fed through the same `record_*` calls the scheduler makes.
+
+use super::*;
+
+const N_BATCH: usize = 2048;
+/// A Qwen2.5-1.5B-shaped sequence: ~28 KiB of KV per token.
+const BYTES_PER_TOKEN: usize = 28 * 1024;
+
+/// Feeds `costs` decodes of every size class, timed by `ms(n)`.
+fn feed(costs: &Costs, ms: impl Fn(usize) -> f64) {
+    for _ in 0..3 {
+        for n in [1, 2, 3, 5, 8, 13, 17, 24, 32, 48, 64, 100, 128, 256, 512, 1024, 2048] {
+            costs.record_batch(n, 0, ms(n));
+        }
+    }
+}
+
+/// One H100's figures (issue 41): a step of up to 32 rows costs what one does (3 ms), a prompt
+/// reads at 35k tokens/s, a state moves at 0.8 GB/s in and out.
+fn gpu() -> Costs {
+    let c = Costs::default();
+    feed(&c, |n| 3.0 + n.saturating_sub(32) as f64 / 35.0);
+    for t in [Transfer::Out, Transfer::In] {
+        c.record_state(t, 2900 * BYTES_PER_TOKEN, 2900, 2900.0 * BYTES_PER_TOKEN as f64 / 0.8e6);
+    }
+    c
+}
+
+/// Two CPU cores with a Q4_1 model (docs/benchmarks.md): one token 10.4 ms, 5.6 ms more per
+/// token of a batch, states at 4 GB/s.
+fn cpu() -> Costs {
+    let c = Costs::default();
+    feed(&c, |n| 10.4 + 5.6 * (n - 1) as f64);
+    for t in [Transfer::Out, Transfer::In] {
+        c.record_state(t, 2900 * BYTES_PER_TOKEN, 2900, 2900.0 * BYTES_PER_TOKEN as f64 / 4e6);
+    }
+    c
+}
+
+#[test]
+fn the_curve_interpolates_between_measured_sizes_and_extrapolates_by_tokens() {
+    let c = Costs::default();
+    assert_eq!(c.prompt_ms(100, 512), None, "nothing measured");
+    c.record_batch(1, 0, 10.0);
+    c.record_batch(65, 0, 74.0);
+    let m = c.model();
+    assert_eq!(m.batch.at(1), Some(10.0));
+    assert!((m.batch.at(33).unwrap() - 42.0).abs() < 1e-9, "{:?}", m.batch.at(33));
+    assert!((m.batch.at(130).unwrap() - 148.0).abs() < 1e-9);
+    drop(m);
+    assert!((c.prompt_ms(130 + 33, 130).unwrap() - (148.0 + 42.0)).abs() < 1e-9);
+}
+
+#[test]
+fn on_a_gpu_rereading_a_long_prompt_beats_restoring_its_state() {
+    let c = gpu();
+    let bytes = (2900 * BYTES_PER_TOKEN) as u64;
+    // ~83 ms to read 2,900 tokens, ~101 ms to put 81 MB back.
+    assert!(!c.restore_pays(2900, bytes, false, N_BATCH));
+    assert!(!c.restore_pays(2900, bytes, true, N_BATCH));
+    // A small state (a model with little KV per token) still pays.
+    assert!(c.restore_pays(2900, bytes / 20, false, N_BATCH));
+    assert_eq!(c.stats()["restores_skipped"], 2);
+}
+
+#[test]
+fn on_a_gpu_a_leaving_sequence_is_not_kept() {
+    let c = gpu();
+    assert!(!c.stash_pays(2900, 2900, N_BATCH));
+    // Nor the tail of a conversation whose prefix stays in the context.
+    assert!(!c.stash_pays(2900, 200, N_BATCH));
+    assert_eq!(c.stats()["stashes_skipped"], 2);
+}
+
+#[test]
+fn on_a_cpu_states_are_kept_and_restored() {
+    let c = cpu();
+    let bytes = (2900 * BYTES_PER_TOKEN) as u64;
+    assert!(c.restore_pays(2900, bytes, false, N_BATCH));
+    assert!(c.stash_pays(2900, 2900, N_BATCH));
+    // Tokens that stay in the context (another sequence shares them) do not count: a stash
+    // that would save reading 2 tokens costs more than it saves.
+    assert!(!c.stash_pays(2900, 2, N_BATCH));
+}
+
+#[test]
+fn states_that_never_come_back_stop_being_kept() {
+    let c = Costs::default();
+    feed(&c, |n| 1.0 + 0.05 * n as f64);
+    c.record_state(Transfer::Out, 1000 * 1000, 1000, 1.0);
+    c.record_state(Transfer::In, 1000 * 1000, 1000, 1.0);
+    // 1000 tokens take 51 ms to read again; the stash costs 1 ms now and the restore 1 ms:
+    // worth it even if one in twenty comes back.
+    let kept = (0..50).filter(|_| c.stash_pays(1000, 1000, 2048)).count();
+    assert_eq!(kept, 50);
+    let c2 = Costs::default();
+    feed(&c2, |n| 1.0 + 0.05 * n as f64);
+    c2.record_state(Transfer::Out, 1000 * 1000, 1000, 20.0);
+    c2.record_state(Transfer::In, 1000 * 1000, 1000, 1.0);
+    // Reading again costs 51 ms, restoring 1 ms, stashing 20 ms: pays while at least ~40% of
+    // kept states come back.
+    let kept = (0..50).filter(|_| c2.stash_pays(1000, 1000, 2048)).count();
+    assert!((1..10).contains(&kept), "kept {kept}: none came back, so it stops");
+    for _ in 0..20 {
+        c2.came_back();
+    }
+    assert!(c2.stash_pays(1000, 1000, 2048), "they come back now");
+}
+
+#[test]
+fn on_a_gpu_drafts_are_free_up_to_the_rows_a_step_gets_for_nothing() {
+    let c = gpu();
+    // Solo: any acceptance pays for 16 rows that cost nothing.
+    assert_eq!(c.draft_len(16, 0.3, 1), 16);
+    // A pool of 8 whose other lanes already drafted 30 rows: past 32 rows each costs 1/35 ms.
+    c.record_batch(38, 30, 3.2);
+    let k = c.draft_len(16, 0.2, 8);
+    assert!(k < 16, "low acceptance at a marginal cost: {k}");
+    assert!(c.draft_len(16, 0.99, 8) >= 12);
+}
+
+#[test]
+fn on_a_cpu_only_high_acceptance_pays_for_its_rows() {
+    let c = cpu();
+    // A verifying batch of 17 costs 106 ms against 10.4 for one token.
+    assert_eq!(c.draft_len(16, 0.5, 1), 0, "a free-text lane does not draft");
+    let k = c.draft_len(16, 0.97, 1);
+    assert!(k >= 8, "a lane copying a passage drafts: {k}");
+    // In a pool of 8 the same rows cost every lane: even a copying lane drafts less.
+    assert!(c.draft_len(16, 0.97, 8) < k);
+    assert!(c.stats()["draft_tokens_cut"].as_u64().unwrap() > 16);
+}
+
+#[test]
+fn acceptance_follows_recent_rounds() {
+    let mut a = Acceptance::default();
+    assert_eq!(a.p(), 0.5);
+    for _ in 0..10 {
+        a.record(16, 16);
+    }
+    assert!(a.p() > 0.95, "{}", a.p());
+    for _ in 0..10 {
+        a.record(16, 0);
+    }
+    assert!(a.p() < 0.35, "{}", a.p());
+}
+
+#[test]
+fn unmeasured_costs_mean_try_it() {
+    let c = Costs::default();
+    assert!(c.restore_pays(1000, 1 << 30, true, 512));
+    assert!(c.stash_pays(1000, 1000, 512));
+    assert_eq!(c.draft_len(8, 0.1, 1), 8);
+}
