@@ -297,8 +297,9 @@ pub unsafe extern "C" fn llb_chat_create(
 ///
 /// With `"stream": true`, each delta also goes to the engine's `on_event` as
 /// `{"type":"chunk","data":<chat.completion.chunk>}` while generating, and the final completion
-/// is still returned. `on_event` also receives `{"type":"progress",...}` events (after each
-/// prompt batch and every 16 generated tokens); returning non-zero from any event cancels:
+/// is still returned. `on_event` also receives `{"type":"progress",...}` events (every 50 ms
+/// while the request waits for a place in a pool, `"stage":"queued"`; after each prompt batch;
+/// every 16 generated tokens); returning non-zero from any event cancels:
 /// the call returns the partial completion with `finish_reason:"cancelled"` and the engine
 /// stays usable.
 ///

@@ -116,9 +116,20 @@ impl<'a> Run<'a> {
     /// and the first logits (None: cancelled by the host).
     fn prefill(&self, ticket: &Ticket) -> Result<(Admission, Option<Vec<f32>>)> {
         let mut admission = Admission::default();
+        let mut admitted = false;
         loop {
-            match ticket.recv() {
+            // While it waits for a place, the request says so every QUEUED_EVERY: its host can
+            // cancel it there (a timeout), which frees its place at once.
+            let msg = if admitted { Some(ticket.recv()) } else { ticket.recv_within(QUEUED_EVERY) };
+            let Some(msg) = msg else {
+                if !(self.emit)(&json!({"type": "progress", "stage": "queued"})) {
+                    return Ok((admission, None));
+                }
+                continue;
+            };
+            match msg {
                 Msg::Admitted(a) => {
+                    admitted = true;
                     // Admitted again: a restored state failed and the prompt is read cold; the
                     // warnings of both admissions are the request's.
                     let mut warnings = std::mem::take(&mut admission.warnings);
@@ -138,6 +149,9 @@ impl<'a> Run<'a> {
         }
     }
 }
+
+/// How often a request waiting for a place in a pool sends a `queued` progress event.
+const QUEUED_EVERY: Duration = Duration::from_millis(50);
 
 /// What the prompt's evaluation measured, for the completion's `usage` and `timings`.
 fn prompt_stats(n_prompt: usize, admission: &Admission, t_prompt: Duration, t_generate: Duration) -> Stats {

@@ -195,6 +195,35 @@ fn cancelling_one_of_eight_leaves_the_other_seven_complete_and_correct() {
     check("after", &p.infer(&request(Kind::Named, 9, false)), Kind::Named);
 }
 
+/// A request waiting for a place says so (`"stage":"queued"` progress events, every 50 ms), so a
+/// host's timeout cancels it there: it leaves the queue at once, not when its turn comes.
+#[test]
+fn a_queued_request_cancelled_by_its_host_leaves_the_queue_at_once() {
+    let _s = serial();
+    let p = Arc::new(pool(1, 4096));
+    let long = json!({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 100000,
+                      "temperature": 1});
+    let holder = {
+        let (p, ev) = (p.clone(), Arc::new(Events::default()));
+        *ev.cancel_at.lock().unwrap() = Some(Instant::now() + std::time::Duration::from_secs(3));
+        std::thread::spawn(move || p.infer_with(&long, &ev))
+    };
+    while p.stats()["running"] != 1 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let ev = Events::default();
+    let t = Instant::now();
+    *ev.cancel_at.lock().unwrap() = Some(t + std::time::Duration::from_millis(200));
+    let r = p.infer_with(&request(Kind::Named, 1, false), &ev);
+    let took = t.elapsed();
+    assert_eq!(r["choices"][0]["finish_reason"], "cancelled", "{r}");
+    assert!(took.as_millis() < 300, "cancelled within {took:?}");
+    assert!(ev.of_type("progress").iter().any(|e| e["stage"] == "queued"), "it said it was queued");
+    assert_eq!(p.stats()["queued"], 0, "its place is free");
+    assert_eq!(p.stats()["running"], 1, "the holder runs on");
+    assert_eq!(holder.join().unwrap()["choices"][0]["finish_reason"], "cancelled");
+}
+
 /// Conversations whose prompts do not fit the KV budget together: idle ones are evicted, running
 /// ones parked and rebuilt, and every result is still right.
 #[test]

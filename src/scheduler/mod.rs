@@ -408,6 +408,14 @@ impl Ticket {
         }
     }
 
+    /// The next message, if one comes within `wait`.
+    pub fn recv_within(&self, wait: Duration) -> Option<Msg> {
+        let q = lock(&self.mailbox.queue);
+        let (mut q, _) =
+            self.mailbox.ready.wait_timeout_while(q, wait, |q| q.is_empty()).unwrap_or_else(|p| p.into_inner());
+        q.pop_front()
+    }
+
     /// Submits the token sampled from the last logits, with any text forced after it (one
     /// multi-token entry of the next batch); the logits after the last one come as the next
     /// message, in `row`, the last row given back for reuse.

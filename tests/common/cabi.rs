@@ -14,6 +14,8 @@ pub struct Events {
     pub seen: Mutex<Vec<Value>>,
     /// Cancel once this many chunk events arrived (0: never).
     pub cancel_after_chunks: Mutex<usize>,
+    /// Cancel at the first event from this instant on (a host's timeout).
+    pub cancel_at: Mutex<Option<std::time::Instant>>,
     /// Invoked on every event (e.g. to signal another thread).
     pub on_event: Mutex<Option<Hook>>,
 }
@@ -42,7 +44,8 @@ unsafe extern "C" fn record(event_json: *const c_char, user_data: *mut c_void) -
     seen.push(v);
     let limit = *ev.cancel_after_chunks.lock().unwrap();
     let n = seen.iter().filter(|e| e["type"] == "chunk").count();
-    (limit > 0 && n >= limit) as i32
+    let late = ev.cancel_at.lock().unwrap().is_some_and(|t| std::time::Instant::now() >= t);
+    (limit > 0 && n >= limit || late) as i32
 }
 
 pub fn take(p: *mut c_char) -> Value {
