@@ -821,8 +821,6 @@ impl Worker {
         match rc {
             Ok(0) => {
                 self.last_decode = took;
-                let drafted = entries.iter().map(|e| e.rows.saturating_sub(1)).sum();
-                self.shared.costs.record_batch(n_tokens, drafted, took.as_secs_f64() * 1e3);
                 if let Some(t) = &mut self.tuner {
                     let moved = t.record(n_tokens, used, took.as_secs_f64());
                     if let Some(n) = moved.filter(|_| crate::debug::enabled()) {
@@ -830,6 +828,10 @@ impl Worker {
                     }
                 }
                 self.deliver(&mut st, &entries, took);
+                // The step's cost: the device's work and copying its logits rows out (a
+                // verifying batch's rows are host work a GPU's decode time does not show).
+                let drafted = entries.iter().map(|e| e.rows.saturating_sub(1)).sum();
+                self.shared.costs.record_batch(n_tokens, drafted, t.elapsed().as_secs_f64() * 1e3);
             }
             Ok(1) => self.make_room(&mut st, &entries),
             Ok(rc) if self.retry_cold(&mut st, &entries, &format!("llama_decode failed (code {rc})")) => {}

@@ -1,0 +1,123 @@
+//! The cost model's CPU figures (issue 41), side by side in one run: what the defaults (prompt
+//! cache and speculation on, decided by src/cost.rs) give against the same with the feature off.
+//!  (1) pools of 8 and 64, three waves of the same 64 requests (T=0.7, `LLB_BENCH_TOKENS`
+//!      tokens each, default 128): tokens/s per wave, default config / `"prompt_cache":
+//!      {"ram_bytes": 0}` (goal: warm waves ≥ 0.97×), and the pool's `cost_model` stats;
+//!  (2) speculation by default / `"speculative": false` on a random-weight small model's text
+//!      (goal ≥ 0.97×).
+//! Real SmolLM2 for (1) (`LLB_BENCH_MODEL`), a qwen2-vocabulary random-weight fixture for (2)
+//! (written to `LLB_BENCH_FIXTURE` if missing). scripts/bench-costs.sh runs this, then
+//! bench_prompt_cache (the alternation) and bench_speculative (story, pool half copying, repeat).
+
+use llb::engine::{Engine, Pool};
+use llb::request::EngineConfig;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Instant;
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn config(model: &PathBuf, extra: Value) -> EngineConfig {
+    let mut c = json!({"model_path": model, "n_threads": env_num("LLB_BENCH_THREADS", 2), "adaptive_threads": false});
+    c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    serde_json::from_value(c).unwrap()
+}
+
+const SYSTEM: &str = "You are the help desk of a harbor. Answer in two or three sentences, plainly, and say \
+when you do not know. The harbor has three piers, a fuel dock, a chandlery that opens at seven, and a \
+harbor master's office by the north gate. Moorings are booked by the night; visitors report on channel 12.";
+
+/// The 64 requests of a wave: one system prompt, 64 questions.
+fn wave_requests(tokens: usize) -> Vec<String> {
+    (0..64)
+        .map(|i| {
+            json!({"messages": [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": format!("Question {i}: what should a visitor on boat number {} know about mooring {}?", i * 7 + 3, i % 9)}],
+                "temperature": 0.7, "seed": i, "max_tokens": tokens})
+            .to_string()
+        })
+        .collect()
+}
+
+/// Tokens/s of each of three waves of the same 64 requests on a pool of `n`.
+fn waves(model: &PathBuf, n: usize, cache: Value) -> (Vec<f64>, Value) {
+    let p = Pool::create(config(model, json!({"n_parallel": n, "n_ctx": n * 768, "prompt_cache": cache}))).unwrap();
+    let reqs = wave_requests(env_num("LLB_BENCH_TOKENS", 128));
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let tokens: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = reqs.iter().map(|r| s.spawn(|| p.infer(r, &|_| true).unwrap())).collect();
+            handles.into_iter().map(|h| h.join().unwrap()["usage"]["completion_tokens"].as_u64().unwrap()).sum()
+        });
+        out.push(tokens as f64 / t.elapsed().as_secs_f64());
+    }
+    (out, p.stats())
+}
+
+fn pools(model: &PathBuf) {
+    for n in [8, 64] {
+        let (on, stats) = waves(model, n, json!({}));
+        let (off, _) = waves(model, n, json!({"ram_bytes": 0}));
+        let fmt = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" / ");
+        let warm = (on[1] + on[2]) / (off[1] + off[2]);
+        println!("(1) pool of {n}: waves {} tok/s default, {} with ram_bytes 0: warm waves {warm:.3}x (goal >= 0.97)", fmt(&on), fmt(&off));
+        let pc = &stats["prompt_cache"];
+        println!("    prompt cache: stored {}, hits {}, restored tokens {}; cost model: {}", pc["stored"], pc["hits_ram"], pc["restored_tokens"], stats["cost_model"]);
+    }
+}
+
+fn fixture() -> PathBuf {
+    let path = std::env::var("LLB_BENCH_FIXTURE").map(PathBuf::from).unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_else(|_| "/tmp".into());
+        PathBuf::from(home).join(".cache/llb/bench-costs-qwen2-small.gguf")
+    });
+    if !path.exists() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut o = llb::fixture::FixtureOptions::new("qwen2");
+        o.template = Some(llb::fixture::read_template("Qwen-Qwen2.5-7B-Instruct").unwrap());
+        llb::fixture::write_fixture(&o, &path).unwrap();
+    }
+    path
+}
+
+/// (2) a random-weight model's text (repetitive): speculation on and off, alternately.
+fn random_text() {
+    let e = Engine::create(config(&fixture(), json!({"n_ctx": 4096})), None).unwrap();
+    let req = |on: bool| {
+        json!({"messages": [{"role": "user", "content": "Tell me about the sea."}], "temperature": 0, "max_tokens": 256,
+            "speculative": on}).to_string()
+    };
+    let (mut on, mut off, mut last) = (Vec::new(), Vec::new(), Value::Null);
+    for _ in 0..env_num("LLB_BENCH_REPS", 3) {
+        let a = e.infer(&req(true)).unwrap();
+        if std::env::var("LLB_BENCH_VERBOSE").is_ok() { eprintln!("{}", a["timings"]); eprintln!("{}", a["choices"][0]["message"]["content"]); }
+        off.push(e.infer(&req(false)).unwrap()["timings"]["predicted_per_second"].as_f64().unwrap());
+        on.push(a["timings"]["predicted_per_second"].as_f64().unwrap());
+        last = a;
+    }
+    on.sort_by(f64::total_cmp);
+    off.sort_by(f64::total_cmp);
+    let (on, off) = (on[on.len() / 2], off[off.len() / 2]);
+    let t = &last["timings"];
+    println!(
+        "(2) random-weight text: {on:.1} / {off:.1} tokens/s = {:.3}x (goal >= 0.97); {} drafted, {} accepted",
+        on / off,
+        t["draft_n"],
+        t["draft_accepted_n"]
+    );
+}
+
+fn main() {
+    let model = PathBuf::from(std::env::var("LLB_BENCH_MODEL").expect("LLB_BENCH_MODEL: SmolLM2 with a tool template"));
+    let only = std::env::var("LLB_BENCH_ONLY").unwrap_or_default();
+    println!("cost model, {} threads, {}", env_num("LLB_BENCH_THREADS", 2), model.display());
+    if only.is_empty() || only.contains('1') {
+        pools(&model);
+    }
+    if only.is_empty() || only.contains('2') {
+        random_text();
+    }
+}
