@@ -4,8 +4,9 @@ package dev.llb;
  * Cancels a running {@link Chat#infer} or {@link Chat#stream} (of an engine or a pool) from any
  * thread, including from the stream's own chunk consumer.
  *
- * <p>llb polls it at its next event: after each prompt batch, with every streamed chunk and at
- * least every 16 generated tokens. The call then returns the partial completion with
+ * <p>llb polls it at its next event: every 50 ms while a pool request waits for a place (it then
+ * leaves the queue at once), after each prompt batch, with every streamed chunk and at least
+ * every 16 generated tokens. The call then returns the partial completion with
  * {@code finish_reason "cancelled"} and the engine or pool stays usable. A token stays
  * cancelled; use a new one per call unless one switch should stop several calls.
  */

@@ -8,9 +8,10 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * A time limit for one or more calls: when it passes, it cancels their {@link CancellationToken}
- * (llb sees it at its next event, within a token or a prompt batch, and the call returns with
- * {@code finish_reason "cancelled"}, its place in the pool freed). What the LangChain4j and
- * Spring AI models' {@code timeout} settings run on.
+ * (llb sees it at its next event: within a token or a prompt batch, or within 50 ms for a request
+ * still waiting in a pool's queue; the call returns with {@code finish_reason "cancelled"}, its
+ * place in the pool freed at once). What the LangChain4j and Spring AI models' {@code timeout}
+ * settings run on.
  *
  * <pre>{@code
  * CancellationToken cancel = new CancellationToken();

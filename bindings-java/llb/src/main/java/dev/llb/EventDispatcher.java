@@ -59,6 +59,10 @@ final class EventDispatcher {
     /**
      * The upcall ({@code llb_event_fn}). Nothing may propagate from here: an exception unwinding
      * into native code terminates the JVM. Whatever is thrown is kept for {@link #end()} and cancels.
+     * Every event, whatever its type, is answered with the call's state: so a progress event
+     * ({@code "stage":"queued"} every 50 ms while a pool request waits for a place, or a prompt
+     * batch, or generated tokens), though nothing of it is read, is where a cancelled token or a
+     * passed {@link Deadline} stops the request.
      */
     int onEvent(MemorySegment eventJson, MemorySegment userData) {
         try {

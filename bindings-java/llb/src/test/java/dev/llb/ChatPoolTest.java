@@ -11,6 +11,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
@@ -20,6 +21,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
@@ -153,6 +155,66 @@ class ChatPoolTest {
             first.get(TIMEOUT_S, TimeUnit.SECONDS);
             pool.throwIfFull(); // the first left: room again
             assertOneValidToolCall(message(pool.infer(Requests.toolRequired())));
+        }
+    }
+
+    /**
+     * A request waiting for the pool's one place gets llb's {@code {"type":"progress","stage":"queued"}}
+     * events (every 50 ms): its {@link Deadline} cancels it there, so it ends within ~50 ms of its
+     * time and leaves the queue at once, while the holder runs on. From a platform thread (the
+     * dispatcher's own token) and from a virtual thread (the token NativeThreads relays).
+     */
+    @Test
+    void aDeadlineCancelsARequestStillInTheQueue() throws Exception {
+        try (ChatPool pool = ChatPool.open(config(), 1, 1)) {
+            CancellationToken stopHolder = new CancellationToken();
+            AtomicInteger chunks = new AtomicInteger();
+            // The safety net: without llb's queued events the queued call would return only when
+            // the holder ends, here after 5 s (the assertions below then fail, they do not hang).
+            Deadline safety = Deadline.after(Duration.ofSeconds(5), stopHolder);
+            try {
+                Future<String> holder = threads.submit(() -> pool.stream(Requests.text(100_000),
+                        c -> chunks.incrementAndGet(), stopHolder));
+                for (int i = 0; i < 60_000 && chunks.get() == 0; i++) {
+                    Thread.sleep(1);
+                }
+                assertTrue(chunks.get() > 0, "the holder streams: " + pool.stats());
+                for (boolean virtual : new boolean[] {false, true}) {
+                    String[] completion = new String[1];
+                    long[] ms = new long[1];
+                    boolean[] expired = new boolean[1];
+                    Runnable queued = () -> {
+                        CancellationToken cancel = new CancellationToken();
+                        try (Deadline deadline = Deadline.after(Duration.ofMillis(200), cancel)) {
+                            long start = System.nanoTime();
+                            completion[0] = pool.infer(Requests.text(8), cancel);
+                            ms[0] = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+                            expired[0] = deadline.expired();
+                        }
+                    };
+                    (virtual ? Thread.ofVirtual() : Thread.ofPlatform()).start(queued).join();
+                    String from = virtual ? "virtual thread" : "platform thread";
+                    System.out.println("Deadline 200 ms on a queued request (" + from + "): returned after " + ms[0] + " ms");
+                    assertEquals("cancelled", json(completion[0]).path("choices").path(0).path("finish_reason").asText(),
+                            completion[0]);
+                    assertTrue(expired[0], from);
+                    assertTrue(ms[0] >= 200 && ms[0] < 300, from + ": returned after " + ms[0] + " ms");
+                    String stats = pool.stats();
+                    assertEquals(0, json(stats).path("queued").asInt(), "its place is free at once: " + stats);
+                    assertEquals(1, json(stats).path("running").asInt(), "the holder runs on: " + stats);
+                }
+                int seen = chunks.get();
+                for (int i = 0; i < 5_000 && chunks.get() == seen; i++) {
+                    Thread.sleep(1);
+                }
+                assertTrue(chunks.get() > seen, "the holder still generates");
+                stopHolder.cancel();
+                assertEquals("cancelled", json(holder.get(TIMEOUT_S, TimeUnit.SECONDS))
+                        .path("choices").path(0).path("finish_reason").asText());
+            } finally {
+                safety.close();
+                stopHolder.cancel();
+            }
         }
     }
 

@@ -16,8 +16,8 @@ import java.util.function.BiFunction;
  * work, so before any streamed chunk) is tried again up to {@code maxRetries} times with
  * LangChain4j's backoff ({@link RetryUtils}); nothing else is retried. The timeout bounds the whole
  * call, retries included: when it passes, the call's {@link CancellationToken} is cancelled (llb
- * frees its place in the pool at its next token) and the call fails with LangChain4j's
- * {@link TimeoutException}.
+ * frees its place in the pool at its next token, or within ~50 ms while it waits in the queue)
+ * and the call fails with LangChain4j's {@link TimeoutException}.
  */
 final class Attempts {
     private final int maxRetries;

@@ -116,9 +116,9 @@ public abstract class LlbModelBuilder<B extends LlbModelBuilder<B, M>, M extends
     /**
      * The time one call may take, waiting for a turn and retries included; then its request is
      * cancelled in the pool (its place freed at once) and the call fails with LangChain4j's
-     * {@code TimeoutException} (a stream: {@code onError}), which is not retried. A request
-     * still queued in the pool is seen as cancelled only when its turn comes (llb's limit): it
-     * then ends at once.
+     * {@code TimeoutException} (a stream: {@code onError}), which is not retried. A running
+     * request sees the cancellation at its next token; one still waiting in the pool's queue
+     * within ~50 ms (llb's {@code queued} progress events), and leaves the queue at once.
      *
      * @param timeout default: none
      * @return this builder

@@ -12,7 +12,9 @@ import dev.langchain4j.exception.RetriableException;
 import dev.langchain4j.exception.TimeoutException;
 import dev.langchain4j.model.chat.request.ChatRequest;
 import dev.langchain4j.model.chat.response.ChatResponse;
+import dev.llb.CancellationToken;
 import dev.llb.ChatPool;
+import dev.llb.Deadline;
 import dev.llb.QueueFullException;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -20,6 +22,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -108,5 +111,81 @@ class RetriesAndTimeoutTest {
             System.out.println("timeout(200 ms): the stream ended after " + ms + " ms");
             assertEquals(0, busy(), "the pool is idle at once: " + pool.stats());
         }
+    }
+
+    /**
+     * A call still waiting for the pool's one place when its 200 ms pass: llb's {@code queued}
+     * progress events (every 50 ms) let its timeout cancel it there, so the chat and the stream
+     * fail with {@code TimeoutException} within 300 ms and leave the queue at once, while the
+     * request holding the place runs on. (Before llb sent them, the call ended only when the
+     * holder let go: here after the holder's 5 s safety limit.)
+     */
+    @Test
+    void aTimeoutEndsACallStillQueuedAndFreesItsQueuePlace() throws Exception {
+        try (ChatPool queueing = ChatPool.open(Fixtures.config(Fixtures.toolModel(dir)), 1, 1);
+                LlbChatModel chat = LlbChatModel.builder().pool(queueing).maxRetries(0)
+                        .timeout(Duration.ofMillis(200)).build();
+                LlbStreamingChatModel streaming = LlbStreamingChatModel.builder().pool(queueing).maxRetries(0)
+                        .timeout(Duration.ofMillis(200)).build()) {
+            chat.chat(story(1)); // warm both paths
+            CompletableFuture<ChatResponse> warm = new CompletableFuture<>();
+            streaming.chat(story(1), ListenersAndOverloadTest.handler(warm));
+            warm.get(60, TimeUnit.SECONDS);
+
+            CancellationToken stopHolder = new CancellationToken();
+            Deadline safety = Deadline.after(Duration.ofSeconds(5), stopHolder);
+            AtomicInteger chunks = new AtomicInteger();
+            CompletableFuture<String> holder = new CompletableFuture<>();
+            Thread.ofPlatform().start(() -> {
+                try {
+                    holder.complete(queueing.stream(
+                            "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a long story.\"}],\"max_tokens\":100000}",
+                            c -> chunks.incrementAndGet(), stopHolder));
+                } catch (Throwable t) {
+                    holder.completeExceptionally(t);
+                }
+            });
+            try {
+                for (int i = 0; i < 60_000 && chunks.get() == 0; i++) {
+                    Thread.sleep(1);
+                }
+                assertTrue(chunks.get() > 0, "the holder streams: " + queueing.stats());
+
+                long start = System.nanoTime();
+                TimeoutException e = assertThrows(TimeoutException.class, () -> chat.chat(story(8)));
+                long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+                System.out.println("timeout(200 ms), queued: the chat ended after " + ms + " ms");
+                assertTrue(ms >= 200 && ms < 300, "queued chat ended after " + ms + " ms: " + e.getMessage());
+                checkQueueFreedHolderRunning(queueing);
+
+                CompletableFuture<ChatResponse> done = new CompletableFuture<>();
+                start = System.nanoTime();
+                streaming.chat(story(8), ListenersAndOverloadTest.handler(done));
+                Throwable streamed = assertThrows(ExecutionException.class, () -> done.get(60, TimeUnit.SECONDS)).getCause();
+                ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+                System.out.println("timeout(200 ms), queued: the stream ended after " + ms + " ms");
+                assertInstanceOf(TimeoutException.class, streamed);
+                assertTrue(ms >= 200 && ms < 300, "queued stream ended after " + ms + " ms");
+                checkQueueFreedHolderRunning(queueing);
+
+                int seen = chunks.get();
+                for (int i = 0; i < 5_000 && chunks.get() == seen; i++) {
+                    Thread.sleep(1);
+                }
+                assertTrue(chunks.get() > seen, "the holder still generates");
+            } finally {
+                stopHolder.cancel();
+                safety.close();
+            }
+            assertEquals("cancelled", Mapping.parse(holder.get(60, TimeUnit.SECONDS))
+                    .path("choices").path(0).path("finish_reason").asText());
+        }
+    }
+
+    private static void checkQueueFreedHolderRunning(ChatPool queueing) {
+        String stats = queueing.stats();
+        JsonNode counts = Mapping.parse(stats);
+        assertEquals(0, counts.path("queued").asInt(), "the timed-out call left the queue at once: " + stats);
+        assertEquals(1, counts.path("running").asInt(), "the holder runs on: " + stats);
     }
 }

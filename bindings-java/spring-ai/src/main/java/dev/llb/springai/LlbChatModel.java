@@ -408,8 +408,9 @@ public final class LlbChatModel implements ChatModel, AutoCloseable {
         /**
          * The time one call or stream may take, waiting for a turn and retries included; then its
          * request is cancelled in the pool and it fails with a {@code NonTransientAiException}. A
-         * request still queued in the pool is seen as cancelled only when its turn comes (llb's
-         * limit): it then ends at once.
+         * running request sees the cancellation at its next token; one still waiting in the
+         * pool's queue within ~50 ms (llb's {@code queued} progress events), and leaves the queue
+         * at once.
          *
          * @param timeout default: none
          * @return this builder

@@ -7,6 +7,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.llb.CancellationToken;
+import dev.llb.Deadline;
 import dev.llb.QueueFullException;
 import dev.llb.springai.LlbChatModel;
 import dev.llb.springai.LlbChatOptions;
@@ -14,11 +16,13 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -169,6 +173,71 @@ class RetryAndTimeoutTest {
                 assertTrue(ms >= 200 && ms < 300, (stream ? "stream" : "call") + " ended after " + ms + " ms");
                 assertEquals(0, running(llb), "the pool is idle at once: " + llb.pool().stats());
             }
+        });
+    }
+
+    /**
+     * A call and a stream still waiting for the pool's one place ({@code max-queue=1}) when
+     * their 200 ms pass: llb's {@code queued} progress events (every 50 ms) let the timeout cancel
+     * them there, so each fails within 300 ms and leaves the queue at once, while the request
+     * holding the place runs on. (Before llb sent them, they ended only when the holder let go:
+     * here after the holder's 5 s safety limit.)
+     */
+    @Test
+    void aTimeoutEndsACallStillQueuedAndFreesItsQueuePlace() {
+        runner(null).withPropertyValues("llb.chat.max-queue=1", "llb.chat.timeout=200ms").run(context -> {
+            LlbChatModel llb = context.getBean(LlbChatModel.class);
+            llb.call(new Prompt("warm up", LlbChatOptions.builder().maxTokens(1).build()));
+            llb.stream(new Prompt("warm up", LlbChatOptions.builder().maxTokens(1).build())).blockLast();
+
+            CancellationToken stopHolder = new CancellationToken();
+            Deadline safety = Deadline.after(Duration.ofSeconds(5), stopHolder);
+            AtomicInteger chunks = new AtomicInteger();
+            CompletableFuture<String> holder = new CompletableFuture<>();
+            Thread.ofPlatform().start(() -> {
+                try {
+                    holder.complete(llb.pool().stream(
+                            "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a long story.\"}],\"max_tokens\":100000}",
+                            c -> chunks.incrementAndGet(), stopHolder));
+                } catch (Throwable t) {
+                    holder.completeExceptionally(t);
+                }
+            });
+            try {
+                for (int i = 0; i < 60_000 && chunks.get() == 0; i++) {
+                    Thread.sleep(1);
+                }
+                assertTrue(chunks.get() > 0, "the holder streams: " + llb.pool().stats());
+                for (boolean stream : new boolean[] {false, true}) {
+                    Prompt prompt = new Prompt("Hi", LlbChatOptions.builder().maxTokens(8).build());
+                    long start = System.nanoTime();
+                    NonTransientAiException e = assertThrows(NonTransientAiException.class, () -> {
+                        if (stream) {
+                            llb.stream(prompt).blockLast();
+                        } else {
+                            llb.call(prompt);
+                        }
+                    });
+                    long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+                    String what = stream ? "stream" : "call";
+                    System.out.println("llb.chat.timeout=200ms, queued: the " + what + " ended after " + ms + " ms");
+                    assertTrue(e.getMessage().contains("timeout"), e.getMessage());
+                    assertTrue(ms >= 200 && ms < 300, "queued " + what + " ended after " + ms + " ms");
+                    JsonNode stats = new ObjectMapper().readTree(llb.pool().stats());
+                    assertEquals(0, stats.path("queued").asInt(), "the " + what + " left the queue at once: " + stats);
+                    assertEquals(1, stats.path("running").asInt(), "the holder runs on: " + stats);
+                }
+                int seen = chunks.get();
+                for (int i = 0; i < 5_000 && chunks.get() == seen; i++) {
+                    Thread.sleep(1);
+                }
+                assertTrue(chunks.get() > seen, "the holder still generates");
+            } finally {
+                stopHolder.cancel();
+                safety.close();
+            }
+            assertEquals("cancelled", new ObjectMapper().readTree(holder.get(60, TimeUnit.SECONDS))
+                    .path("choices").path(0).path("finish_reason").asText());
         });
     }
 }
