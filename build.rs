@@ -38,6 +38,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LLB_PORTABLE");
     println!("cargo:rerun-if-env-changed=LLB_LLAMA_BUILD_DIR");
     println!("cargo:rerun-if-env-changed=LLB_BLESS_HEADER");
+    println!("cargo:rerun-if-env-changed=LLB_NO_BUNDLE_LLAMA");
     println!("cargo::rustc-check-cfg=cfg(llb_rpc)");
     for var in ["LLB_CUDA", "LLB_CUDA_ARCHS", "LLB_VULKAN", "LLB_RPC", "LLB_METAL", "CUDA_PATH", "VULKAN_SDK"] {
         println!("cargo:rerun-if-env-changed={var}");
@@ -52,8 +53,15 @@ fn main() {
     let src = llama_source(&manifest, &out, &pin);
     println!("cargo:rustc-env=LLB_LLAMA_CPP_SRC={}", src.display());
     let backends = Backends::from_env();
-    let build = build_llama(&src, &out, &pin, &backends);
-    link_llama(&build, &backends);
+    if switch("LLB_NO_BUNDLE_LLAMA") == Some(true) {
+        // scripts/gpu-kit.sh: a staticlib without llama.cpp's archives, to be linked on another
+        // machine against a llama.cpp built there (CUDA): no CMake build here at all.
+        println!("cargo:rustc-env=LLB_LLAMA_BUILD=");
+        link_llama_unbundled();
+    } else {
+        let build = build_llama(&src, &out, &pin, &backends);
+        link_llama(&build, &backends);
+    }
     build_shim(&manifest, &src);
     if backends.rpc {
         build_rpc(&src);
@@ -481,6 +489,16 @@ fn link_llama(build: &Path, backends: &Backends) {
     println!("cargo:rustc-link-lib=dylib=pthread");
     println!("cargo:rustc-link-lib=dylib=dl");
     println!("cargo:rustc-link-lib=dylib=m");
+}
+
+/// `LLB_NO_BUNDLE_LLAMA=1`: the libraries `link_llama` names, as `static:-bundle` (a staticlib
+/// records them without copying them in; the final link supplies a llama.cpp build of the same
+/// tree, with whatever backends it has). The C++ shim and the RPC client stay bundled.
+fn link_llama_unbundled() {
+    for lib in ["llama-common", "llama-common-base", "cpp-httplib", "llama", "ggml", "ggml-cpu", "ggml-base"] {
+        println!("cargo:rustc-link-lib=static:-bundle={lib}");
+    }
+    println!("cargo:rustc-link-lib=dylib=stdc++");
 }
 
 /// Whitespace- and comment-free text of `struct NAME { ... };` in a source file.
