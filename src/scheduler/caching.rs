@@ -5,19 +5,12 @@
 //! restored sequence whose first decode fails, or gives non-finite logits, is emptied and read
 //! cold ([`Worker::restart_cold`]), and its state deleted from both tiers.
 
-use super::{kv_state, lock, Admission, Entry, Msg, State, Worker};
+use super::{kv_state, lock, Admission, Entry, Msg, Origin, State, Worker};
 use crate::cost::Transfer;
 use crate::prompt_cache::{self, Hit, Tier};
 use crate::sys;
 use crate::tokens::{common_prefix, Token};
 use std::time::Instant;
-
-/// Where a restored state came from, to delete it if it proves bad.
-#[derive(Debug, Clone)]
-pub(super) struct Origin {
-    tokens: Vec<Token>,
-    file: Option<String>,
-}
 
 impl Worker {
     /// Keeps what sequence `seq` holds (`tokens`) in the prompt cache, before it leaves the

@@ -123,7 +123,14 @@ struct Job {
     keep: usize,
     /// Its sequence was restored from the prompt cache and has not been decoded into since: a
     /// decode that fails or gives non-finite logits then reads the prompt cold instead, once.
-    probation: Option<caching::Origin>,
+    probation: Option<Origin>,
+}
+
+/// Where a restored state came from (src/scheduler/caching.rs), to delete it if it proves bad.
+#[derive(Debug, Clone)]
+struct Origin {
+    tokens: Vec<Token>,
+    file: Option<String>,
 }
 
 impl Job {
