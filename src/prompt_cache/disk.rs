@@ -155,6 +155,8 @@ impl Disk {
         let sent = if wait { q.send(work).is_ok() } else { !matches!(q.try_send(work), Err(TrySendError::Full(_))) };
         if !sent {
             self.inner.skipped.fetch_add(1, Relaxed);
+            let why = format!("the disk writer is {QUEUE} states behind: a state was not written to {}", self.inner.dir.display());
+            self.inner.warn_once("queue", why);
         }
     }
 

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cabi;
+pub mod cache_file;
 
 use llb::fixture::{self, FixtureOptions};
 use std::path::{Path, PathBuf};
