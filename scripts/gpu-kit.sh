@@ -46,7 +46,7 @@ chmod +x "$stage/run.sh"
 # the Qwen2.5 template; the UI's sources, tests and docs stay behind (LLAMA_BUILD_UI=OFF).
 ( cd "$src" && tar cf - --exclude='tools/ui/src' --exclude='tools/ui/tests' --exclude='tools/ui/docs' \
     --exclude='__pycache__' --exclude='*.pyc' \
-    CMakeLists.txt LICENSE licenses cmake common ggml include src vendor tools gguf-py \
+    CMakeLists.txt LICENSE licenses cmake common ggml include src vendor tools gguf-py scripts/ui-assets.cmake \
     models/ggml-vocab-qwen2.gguf models/templates/Qwen-Qwen2.5-7B-Instruct.jinja ) \
   | ( cd "$stage/llama.cpp" && tar xf - )
 

@@ -6,7 +6,8 @@ off and with llama-server from the same tree. Needs python3 only (no numpy, no p
             [--real real.gguf] [--cpu] [--small-sizes] [--only 12345]
 
 Rows (docs/gpu.md, "The GPU kit"):
-  (1) a pool of 64 and a pool of 8: three waves of the same 64 requests (T=0.7, 128 tokens),
+  (1) a pool of 64 and a pool of 8: three waves of the same 64 requests (T=0.7, 128 tokens; a shared
+      system prompt and a user turn each),
       tok/s per wave, default config vs "prompt_cache": {"ram_bytes": 0}, and llama-server
       --parallel N; llb_pool_stats' cost_model after each pool run
   (2) one engine alternating two conversations with ~2,900-token system prompts: prompt ms per
@@ -16,6 +17,9 @@ Rows (docs/gpu.md, "The GPU kit"):
   (4) "repeat this passage": llb vs llama-server --spec-type each n-gram type, and none
   (5) the strict edit_file call copying a passage, speculation on vs off
 Rows 3-5 copy text only with real weights (--real); on random weights they time the machinery.
+llama-server gets each chat request rendered by its own /apply-template and generated with
+/completion: its /v1/chat/completions answers HTTP 500 when it cannot parse a random-weight
+model's text ("Failed to parse input").
 """
 import argparse
 import ctypes
@@ -27,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 PASSAGE = (
@@ -55,24 +60,6 @@ USERS = [
     "Translate 'good morning' into Japanese.",
     "What time is it in Tokyo right now?",
 ]
-
-
-def tools():
-    def f(name, desc, props, req):
-        return {"type": "function", "function": {"name": name, "description": desc,
-                "parameters": {"type": "object", "properties": props, "required": req}}}
-    s = {"type": "string"}
-    return [
-        f("get_weather", "Get the current weather or the forecast for a city.",
-          {"city": s, "date": s, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, ["city"]),
-        f("book_restaurant", "Reserve a table at a restaurant.",
-          {"city": s, "cuisine": s, "party_size": {"type": "integer"}, "time": s}, ["city", "party_size", "time"]),
-        f("convert_currency", "Convert an amount between currencies.",
-          {"amount": {"type": "number"}, "from": s, "to": s}, ["amount", "from", "to"]),
-        f("set_reminder", "Create a reminder.", {"text": s, "time": s}, ["text", "time"]),
-        f("get_route", "Route between two places with duration.", {"from": s, "to": s}, ["from", "to"]),
-        f("search_flights", "Search flights on a date.", {"from": s, "to": s, "date": s}, ["from", "to", "date"]),
-    ]
 
 
 EVENT_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_char_p, ctypes.c_void_p)
@@ -177,6 +164,7 @@ class Server:
         self.log.write(("\n== " + " ".join(cmd) + "\n").encode())
         self.log.flush()
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.prompts = {}
         deadline = time.time() + 300
         while True:
             if self.proc.poll() is not None:
@@ -192,12 +180,34 @@ class Server:
                 raise RuntimeError(f"llama-server did not become healthy; see {log}")
             time.sleep(0.2)
 
-    def chat(self, req):
-        body = json.dumps(req).encode()
-        q = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/chat/completions", data=body,
+    def post(self, path, body):
+        q = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
                                    headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(q, timeout=900) as r:
             return json.loads(r.read())
+
+    def complete(self, req):
+        """The chat request as llama-server renders it (/apply-template), generated with /completion:
+        the same prompt and sampling as /v1/chat/completions without parsing the reply, which
+        fails (HTTP 500) on a random-weight model's text. Returns a chat-like result: usage and
+        timings."""
+        key = json.dumps(req["messages"])
+        if key not in self.prompts:
+            self.prompts[key] = self.post("/apply-template", {"messages": req["messages"]})["prompt"]
+        body = {"prompt": self.prompts[key], "n_predict": req["max_tokens"], "temperature": req["temperature"],
+                "cache_prompt": True}
+        if "seed" in req:
+            body["seed"] = req["seed"]
+        try:
+            r = self.post("/completion", body)
+        except urllib.error.HTTPError as e:
+            text = e.read().decode(errors="replace")
+            if e.code != 500 or "Failed to parse" not in text:
+                raise
+            # The reply was generated (a random-weight model does not stop early) and then refused
+            # by llama-server's final parse: counted as max_tokens, and reported.
+            return {"usage": {"completion_tokens": req["max_tokens"]}, "timings": None, "parse_failed": True}
+        return {"usage": {"completion_tokens": r["timings"]["predicted_n"]}, "timings": r["timings"]}
 
     def close(self):
         self.proc.terminate()
@@ -254,7 +264,7 @@ class Kit:
         self.a = a
         self.llb = Llb(a.lib)
         self.small_sizes = a.small_sizes
-        self.reps = int(os.environ.get("KIT_REPS", "1" if a.small_sizes else "3"))
+        self.reps = int(os.environ.get("KIT_REPS", "3"))
         self.threads = os.cpu_count() or 2
         self.log = os.path.join(os.path.dirname(os.path.abspath(a.lib)), "llama-server.log")
         self.spec_model = a.real or a.big
@@ -268,7 +278,8 @@ class Kit:
         return c
 
     def server_args(self, extra):
-        return ["-ngl", "99", "-t", str(self.threads), "-tb", str(self.threads)] + extra
+        return (["-ngl", "99", "-t", str(self.threads), "-tb", str(self.threads)]
+                + os.environ.get("KIT_SERVER_ARGS", "").split() + extra)
 
     # (1) -------------------------------------------------------------------------------------
     def pools(self):
@@ -280,8 +291,7 @@ class Kit:
         def req(i):
             return {"messages": [{"role": "system", "content": SYSTEM},
                                  {"role": "user", "content": f"{USERS[i % len(USERS)]} (request {i})"}],
-                    "tools": tools(), "tool_choice": "auto", "temperature": 0.7, "seed": i,
-                    "max_tokens": max_tokens}
+                    "temperature": 0.7, "seed": i, "max_tokens": max_tokens}
         reqs = [req(i) for i in range(n_req)]
         print(f"\n(1) pools: {waves} waves of the same {n_req} requests (T=0.7, {max_tokens} tokens), "
               f"{os.path.basename(self.a.big)}; tok/s per wave")
@@ -305,14 +315,17 @@ class Kit:
                 print(f"      cost_model: {json.dumps(stats.get('cost_model'), separators=(',', ':'))}")
             s = Server(self.a.server, self.a.big, self.server_args(["-np", str(n), "-c", str(4096 * n)]), self.log)
             try:
-                peer = []
+                peer, refused = [], 0
                 for _ in range(waves):
-                    wall, rs = parallel(n_req, s.chat, reqs)
+                    wall, rs = parallel(n_req, s.complete, reqs)
                     peer.append(sum(map(tokens, rs)) / wall)
+                    refused += sum(1 for r in rs if r.get("parse_failed"))
             finally:
                 s.close()
             got["server"] = peer
-            print(f"    llama-server -np {n:<2}    " + "  ".join(f"{r:8.1f}" for r in peer))
+            note = (f"   ({refused} of {waves * n_req} replies refused by its final parse, HTTP 500: counted as "
+                    f"{max_tokens} tokens)") if refused else ""
+            print(f"    llama-server -np {n:<2}    " + "  ".join(f"{r:8.1f}" for r in peer) + note)
             print(f"    pool {n}: llb default / ram_bytes 0 per wave: "
                   + "  ".join(ratio(x, y) for x, y in zip(got["default"], got["ram_bytes 0"]))
                   + ";  llb default / llama-server: "
@@ -360,7 +373,9 @@ class Kit:
     # (3)-(5) ---------------------------------------------------------------------------------
     def on_off(self, e, req):
         on, off, same, last = [], [], True, None
-        e.infer(dict(req, max_tokens=4))  # warm-up: the engine's first request pays one-time costs
+        # warm-up, both ways: an engine's first requests pay one-time costs
+        e.infer(dict(req, max_tokens=8, speculative=True))
+        e.infer(dict(req, max_tokens=8, speculative=False))
         for k in range(self.reps):
             # alternate which goes first, so neither always follows the other
             if k % 2 == 0:
@@ -434,12 +449,16 @@ class Kit:
                 print(f"    llama-server {spec}: {err}")
                 continue
             try:
-                runs = [s.chat(req) for _ in range(self.reps)]
+                s.complete(dict(req, max_tokens=4))  # warm-up, as llb's
+                runs = [r for r in (s.complete(req) for _ in range(self.reps)) if r["timings"]]
             finally:
                 s.close()
+            if not runs:
+                print(f"    llama-server {spec or '(no speculation)':<16} every reply refused by its final parse (HTTP 500)")
+                continue
             t = statistics.median(tps(r) for r in runs)
             d = runs[-1].get("timings", {})
-            extra_info = f"  drafted {d.get('draft_n', '-')}, accepted {d.get('draft_n_accepted', '-')}" if spec else ""
+            extra_info = f"  drafted {d.get('draft_n', 0)}, accepted {d.get('draft_n_accepted', 0)}" if spec else ""
             print(f"    llama-server {spec or '(no speculation)':<16} {t:8.1f}   llb on / this: {ratio(llb_on, t)}{extra_info}")
             if spec and t > best:
                 best, best_name = t, spec

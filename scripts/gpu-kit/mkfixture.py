@@ -6,7 +6,8 @@ tokenizer copied from the tree's models/ggml-vocab-qwen2.gguf, the Qwen2.5 tool 
 weights whose values have magnitudes in [2^-7, 2^-3) with random signs and mantissas, norms of 1.
 Random weights time the machinery; they do not copy text.
 
-  mkfixture.py --tree llama.cpp --shape qwen1.5b --out big.gguf
+  mkfixture.py --tree llama.cpp small=small.gguf qwen1.5b=big.gguf
+  (several fixtures in one run read the vocabulary once: gguf-py's reader takes seconds on it)
   shapes: qwen1.5b (Qwen2.5-1.5B: embd 1536, 28 layers, ff 8960, 12 heads, 2 KV heads; ~3.1 GB),
           small (embd 128, 2 layers, ff 256, 4 heads, 2 KV heads), mini (embd 256, 4 layers)
 """
@@ -39,8 +40,7 @@ def import_gguf(tree):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tree", required=True, help="the pinned llama.cpp tree (gguf-py, models/)")
-    ap.add_argument("--shape", default="qwen1.5b", choices=sorted(SHAPES))
-    ap.add_argument("--out", required=True)
+    ap.add_argument("fixtures", nargs="+", metavar="SHAPE=OUT", help="shapes: " + ", ".join(sorted(SHAPES)))
     ap.add_argument("--vocab", default="qwen2")
     ap.add_argument("--template", default="Qwen-Qwen2.5-7B-Instruct")
     ap.add_argument("--context-length", type=int, default=32768)
@@ -50,18 +50,29 @@ def main():
     import numpy as np
 
     t0 = time.time()
+    todo = [f.split("=", 1) for f in a.fixtures]
+    for shape, _ in todo:
+        if shape not in SHAPES:
+            ap.error(f"unknown shape {shape!r} (one of {', '.join(sorted(SHAPES))})")
     vocab = gguf.GGUFReader(os.path.join(a.tree, "models", f"ggml-vocab-{a.vocab}.gguf"))
     tokens = vocab.fields["tokenizer.ggml.tokens"]
     n_vocab = len(tokens.data)
     with open(os.path.join(a.tree, "models", "templates", a.template + ".jinja")) as f:
         template = f.read()
-    n_embd, n_layer, n_ff, n_head, n_head_kv = SHAPES[a.shape]
+    print(f"mkfixture: read the {a.vocab} vocabulary ({n_vocab} tokens) in {time.time() - t0:.1f} s", flush=True)
+    for shape, out in todo:
+        write(gguf, np, vocab, n_vocab, template, a, shape, out)
+
+
+def write(gguf, np, vocab, n_vocab, template, a, shape_name, out):
+    t0 = time.time()
+    n_embd, n_layer, n_ff, n_head, n_head_kv = SHAPES[shape_name]
     head = n_embd // n_head
     kv = head * n_head_kv
 
-    tmp = a.out + ".partial"
+    tmp = out + ".partial"
     w = gguf.GGUFWriter(tmp, "llama")
-    w.add_name(f"llb kit fixture ({a.vocab}, {a.shape})")
+    w.add_name(f"llb kit fixture ({a.vocab}, {shape_name})")
     w.add_file_type(1)
     w.add_context_length(a.context_length)
     w.add_embedding_length(n_embd)
@@ -133,9 +144,9 @@ def main():
         w.write_tensor_data(data)
         total += data.nbytes
     w.close()
-    os.replace(tmp, a.out)
-    print(f"mkfixture: {a.out}: {a.shape}, {n_layer} layers, n_embd {n_embd}, {total / 1e9:.2f} GB of weights, "
-          f"{time.time() - t0:.1f} s")
+    os.replace(tmp, out)
+    print(f"mkfixture: {out}: {shape_name}, {n_layer} layers, n_embd {n_embd}, {total / 1e9:.2f} GB of weights, "
+          f"{time.time() - t0:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -47,10 +47,14 @@ small_sizes="${KIT_SMALL:-0}"
 if [ "$small_sizes" = 1 ]; then big_shape=mini; else big_shape=qwen1.5b; fi
 big="$models/kit-$big_shape.gguf"
 small="$models/kit-small.gguf"
-(
-  [ -f "$small" ] || python3 mkfixture.py --tree llama.cpp --shape small --out "$small"
-  [ -f "$big" ] || python3 mkfixture.py --tree llama.cpp --shape "$big_shape" --out "$big"
-) > "$build/fixtures.log" 2>&1 &
+todo=()
+[ -f "$small" ] || todo+=("small=$small")
+[ -f "$big" ] || todo+=("$big_shape=$big")
+if [ ${#todo[@]} -gt 0 ]; then
+  python3 mkfixture.py --tree llama.cpp "${todo[@]}" > "$build/fixtures.log" 2>&1 &
+else
+  echo "mkfixture: $small and $big are there already" > "$build/fixtures.log"; true &
+fi
 fixtures_pid=$!
 
 real="${KIT_REAL_MODEL:-}"
