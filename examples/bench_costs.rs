@@ -41,29 +41,39 @@ fn wave_requests(tokens: usize) -> Vec<String> {
         .collect()
 }
 
-/// Tokens/s of each of three waves of the same 64 requests on a pool of `n`.
-fn waves(model: &PathBuf, n: usize, cache: Value) -> (Vec<f64>, Value) {
+/// A pool of `n` on `model` with the prompt cache `cache`, warmed by one request (the first
+/// decode of a process pays for page faults and graph reservation).
+fn pool(model: &PathBuf, n: usize, cache: Value) -> Pool {
     let p = Pool::create(config(model, json!({"n_parallel": n, "n_ctx": n * 768, "prompt_cache": cache}))).unwrap();
-    let reqs = wave_requests(env_num("LLB_BENCH_TOKENS", 128));
-    let mut out = Vec::new();
-    for _ in 0..3 {
-        let t = Instant::now();
-        let tokens: u64 = std::thread::scope(|s| {
-            let handles: Vec<_> = reqs.iter().map(|r| s.spawn(|| p.infer(r, &|_| true).unwrap())).collect();
-            handles.into_iter().map(|h| h.join().unwrap()["usage"]["completion_tokens"].as_u64().unwrap()).sum()
-        });
-        out.push(tokens as f64 / t.elapsed().as_secs_f64());
-    }
-    (out, p.stats())
+    p.infer(&json!({"messages": [{"role": "user", "content": "Hi."}], "max_tokens": 4}).to_string(), &|_| true).unwrap();
+    p
 }
 
+/// Tokens/s of one wave of `reqs` on `p`.
+fn wave(p: &Pool, reqs: &[String]) -> f64 {
+    let t = Instant::now();
+    let tokens: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = reqs.iter().map(|r| s.spawn(|| p.infer(r, &|_| true).unwrap())).collect();
+        handles.into_iter().map(|h| h.join().unwrap()["usage"]["completion_tokens"].as_u64().unwrap()).sum()
+    });
+    tokens as f64 / t.elapsed().as_secs_f64()
+}
+
+/// Three waves of the same 64 requests on a pool of 8 and of 64, the default config's pool and
+/// one with `ram_bytes: 0` taking turns wave by wave (so the machine's noise falls on both).
 fn pools(model: &PathBuf) {
+    let reqs = wave_requests(env_num("LLB_BENCH_TOKENS", 128));
     for n in [8, 64] {
-        let (on, stats) = waves(model, n, json!({}));
-        let (off, _) = waves(model, n, json!({"ram_bytes": 0}));
+        let (on_pool, off_pool) = (pool(model, n, json!({})), pool(model, n, json!({"ram_bytes": 0})));
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            on.push(wave(&on_pool, &reqs));
+            off.push(wave(&off_pool, &reqs));
+        }
         let fmt = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" / ");
         let warm = (on[1] + on[2]) / (off[1] + off[2]);
         println!("(1) pool of {n}: waves {} tok/s default, {} with ram_bytes 0: warm waves {warm:.3}x (goal >= 0.97)", fmt(&on), fmt(&off));
+        let stats = on_pool.stats();
         let pc = &stats["prompt_cache"];
         println!("    prompt cache: stored {}, hits {}, restored tokens {}; cost model: {}", pc["stored"], pc["hits_ram"], pc["restored_tokens"], stats["cost_model"]);
     }
@@ -93,7 +103,6 @@ fn random_text() {
     let (mut on, mut off, mut last) = (Vec::new(), Vec::new(), Value::Null);
     for _ in 0..env_num("LLB_BENCH_REPS", 3) {
         let a = e.infer(&req(true)).unwrap();
-        if std::env::var("LLB_BENCH_VERBOSE").is_ok() { eprintln!("{}", a["timings"]); eprintln!("{}", a["choices"][0]["message"]["content"]); }
         off.push(e.infer(&req(false)).unwrap()["timings"]["predicted_per_second"].as_f64().unwrap());
         on.push(a["timings"]["predicted_per_second"].as_f64().unwrap());
         last = a;

@@ -91,3 +91,50 @@ fn a_failing_drafter_costs_the_request_its_drafts_not_its_reply() {
     let mut s = Speculation::start(&d, &h).unwrap().unwrap();
     assert_eq!(s.draft(64, |t| Ok(t.len())).unwrap().len(), 16, "the lane's next request drafts again");
 }
+
+/// Costs where a verifying row costs what a step does (a CPU with no batched kernel): no
+/// draft pays until the lane's drafts are nearly always accepted.
+fn linear_costs() -> Arc<Costs> {
+    let c = Costs::default();
+    for n in 1..=64 {
+        c.record_batch(n, 0, 10.0 * n as f64);
+    }
+    Arc::new(c)
+}
+
+#[test]
+fn a_draft_that_does_not_pay_is_followed_in_the_shadow_until_it_would() {
+    let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(linear_costs());
+    let h = repeating();
+    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
+    s.follow(&h[h.len() - 1..]);
+    // The phrase goes on (114..): drafted, but at one step's cost per row nothing is verified.
+    assert!(s.draft(64, |t| Ok(t.len())).unwrap().is_empty(), "not verified");
+    assert_eq!(s.stats.drafted, 0);
+    assert_eq!(s.shadow.len(), 16, "kept in the shadow");
+    // The reply copies the phrase: the shadow is matched step by step, nothing is taken back.
+    for t in 114..130 {
+        assert_eq!(s.follow(&[t]), Followed::Diverged { matched: 0, retract: 0 }, "no decode was drafted");
+        if t < 129 {
+            assert!(s.draft(64, |t| Ok(t.len())).unwrap().is_empty(), "no new draft while the shadow runs");
+        }
+    }
+    assert!(s.shadow.is_empty());
+    let before = s.acceptance.p();
+    s.draft(64, |t| Ok(t.len())).unwrap();
+    assert!(s.acceptance.p() > before, "the shadow round counted as accepted: {} -> {}", before, s.acceptance.p());
+    assert_eq!(s.stats.accepted, 0, "shadow tokens are not the reply's drafted tokens");
+}
+
+#[test]
+fn rows_that_cost_nothing_are_drafted_whole() {
+    let c = Costs::default();
+    for n in 1..=64 {
+        c.record_batch(n, 0, 3.0);
+    }
+    let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(Arc::new(c));
+    let h = repeating();
+    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
+    s.follow(&h[h.len() - 1..]);
+    assert_eq!(s.draft(64, |t| Ok(t.len())).unwrap(), (114..130).collect::<Vec<_>>());
+}
