@@ -60,15 +60,22 @@ fn wave(p: &Pool, reqs: &[String]) -> f64 {
 }
 
 /// Three waves of the same 64 requests on a pool of 8 and of 64, the default config's pool and
-/// one with `ram_bytes: 0` taking turns wave by wave (so the machine's noise falls on both).
+/// one with `ram_bytes: 0` taking turns wave by wave, the first of each pair alternating (so the
+/// machine's noise falls on both).
 fn pools(model: &PathBuf) {
     let reqs = wave_requests(env_num("LLB_BENCH_TOKENS", 128));
     for n in [8, 64] {
         let (on_pool, off_pool) = (pool(model, n, json!({})), pool(model, n, json!({"ram_bytes": 0})));
         let (mut on, mut off) = (Vec::new(), Vec::new());
-        for _ in 0..3 {
-            on.push(wave(&on_pool, &reqs));
-            off.push(wave(&off_pool, &reqs));
+        for w in 0..3 {
+            // Which goes first alternates, so that neither side always runs on a warmer machine.
+            if w % 2 == 0 {
+                on.push(wave(&on_pool, &reqs));
+                off.push(wave(&off_pool, &reqs));
+            } else {
+                off.push(wave(&off_pool, &reqs));
+                on.push(wave(&on_pool, &reqs));
+            }
         }
         let fmt = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" / ");
         let warm = (on[1] + on[2]) / (off[1] + off[2]);

@@ -230,15 +230,21 @@ impl Costs {
     /// tokens are each accepted with probability `p` (after the one before was), with `lanes`
     /// requests in the step: the length whose expected accepted tokens save most step time for
     /// the extra rows, 0 when none pays.
+    #[cfg(test)]
     pub fn draft_len(&self, proposed: usize, p: f64, lanes: usize) -> usize {
+        self.draft_len_by(proposed, lanes, &|k| geometric(p, k))
+    }
+
+    /// [`Costs::draft_len`] with the lane's own expectation: `expected(k)` accepted tokens of a
+    /// draft of `k` (a lane's [`Acceptance::expected`]).
+    pub fn draft_len_by(&self, proposed: usize, lanes: usize, expected: &dyn Fn(usize) -> f64) -> usize {
         let mut m = self.model();
         let lanes = lanes.max(1);
         let base_n = lanes + m.last_draft_rows;
         let Some(base) = m.batch.at(base_n) else { return proposed };
-        let (mut best, mut best_gain, mut expected, mut reach) = (0, 0.0, 0.0, 1.0);
+        let (mut best, mut best_gain) = (0, 0.0);
         for k in 1..=proposed {
-            reach *= p;
-            expected += reach;
+            let expected = expected(k);
             let extra = m.batch.at(base_n + k).unwrap_or(base) - base;
             // Each accepted token saves this lane one step (shared by `lanes` requests); the
             // rows cost every request of the step.
@@ -268,6 +274,12 @@ impl Costs {
     }
 }
 
+/// Expected accepted tokens of a draft of `k` when each is accepted with probability `p` once
+/// the one before was: p + p² + … + pᵏ.
+fn geometric(p: f64, k: usize) -> f64 {
+    (1..=k).map(|i| p.powi(i as i32)).sum()
+}
+
 fn prompt_ms(batch: &Curve, tokens: usize, n_batch: usize) -> Option<f64> {
     let n_batch = n_batch.max(1);
     let full = (tokens / n_batch) as f64;
@@ -276,13 +288,19 @@ fn prompt_ms(batch: &Curve, tokens: usize, n_batch: usize) -> Option<f64> {
     Some(chunk + if rest > 0 { batch.at(rest)? } else { 0.0 })
 }
 
-/// A lane's acceptance: the chance that a drafted token is accepted once the one before it was,
-/// from counts that fade (recent rounds weigh most), with Laplace's prior of one half.
-#[derive(Debug, Clone, Copy, Default)]
+/// A lane's acceptance: how many tokens of its recent drafts were accepted (the last
+/// [`RUNS`] rounds, verified or in the shadow), and the chance that a drafted token is accepted
+/// once the one before it was, from counts that fade, with Laplace's prior of one half. A copy
+/// is accepted all or nothing, which the recent runs say and a per-token chance does not.
+#[derive(Debug, Clone, Default)]
 pub struct Acceptance {
     accepted: f64,
     refused: f64,
+    runs: std::collections::VecDeque<usize>,
 }
+
+/// Rounds a lane's expectation is drawn from.
+const RUNS: usize = 8;
 
 impl Acceptance {
     /// A round of `drafted` tokens had its first `accepted` accepted.
@@ -293,6 +311,20 @@ impl Acceptance {
         const FADE: f64 = 0.6;
         self.accepted = self.accepted * FADE + accepted as f64;
         self.refused = self.refused * FADE + f64::from(u8::from(accepted < drafted));
+        if self.runs.len() == RUNS {
+            self.runs.pop_front();
+        }
+        self.runs.push_back(accepted);
+    }
+
+    /// Expected accepted tokens of a draft of `k`: the average of `min(run, k)` over the
+    /// recent rounds (a whole run counts what it had: a lower bound past its length); before
+    /// any round, the per-token chance's.
+    pub fn expected(&self, k: usize) -> f64 {
+        if self.runs.is_empty() {
+            return geometric(self.p(), k);
+        }
+        self.runs.iter().map(|&a| a.min(k) as f64).sum::<f64>() / self.runs.len() as f64
     }
 
     pub fn p(&self) -> f64 {

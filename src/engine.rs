@@ -176,13 +176,23 @@ fn drafters(settings: &EngineSettings, model: &Model, sched: &Scheduler, load: &
     let s = &settings.speculative;
     let lanes = settings.n_parallel as usize;
     let Some(draft) = &s.draft_model else {
-        return Drafters::new(s.kind, s.ngram_size, lanes, s.draft_max, s.draft_min).map(|d| Some(d.costed(sched.costs())));
+        return Drafters::new(s.kind, s.ngram_size, lanes, s.draft_max, s.draft_min).map(|d| Some(costed(d, s, sched)));
     };
     let draft_model = load_draft_model(draft, load)?;
     let ctx = DraftContext { n_ctx: settings.n_ctx, n_batch: settings.n_batch, n_threads: settings.n_threads };
     // SAFETY: the scheduler's live context, read for its model only.
     let d = unsafe { Drafters::with_model(sched.context_for_drafter(), draft_model, ctx, lanes, s.draft_max, s.draft_min) };
-    d.map(|d| Some(d.costed(sched.costs())))
+    d.map(|d| Some(costed(d, s, sched)))
+}
+
+/// The drafter's lengths from the scheduler's cost model, unless the config says
+/// `"adaptive": false`.
+fn costed(d: Drafters, s: &crate::request::Speculation, sched: &Scheduler) -> Drafters {
+    if s.adaptive {
+        d.costed(sched.costs())
+    } else {
+        d
+    }
 }
 
 /// Whether `model`'s memory can cut a sequence (not recurrent, not hybrid).

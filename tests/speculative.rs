@@ -17,9 +17,11 @@ use llb::fixture::FixtureOptions;
 use serde_json::{json, Value};
 
 /// Drafting on whatever repeats (random weights loop): ngram-simple on 2-grams, drafts of up to 8.
+/// Drafts verified whole (`"adaptive": false`): these tests are about the mechanics, which the
+/// cost model would rarely exercise on random weights and a CPU.
 fn config(path: &std::path::Path) -> Value {
     json!({"model_path": path, "n_ctx": 2048, "n_threads": 1,
-        "speculative": {"type": "ngram-simple", "ngram_size": 2, "draft_max": 8}})
+        "speculative": {"type": "ngram-simple", "ngram_size": 2, "draft_max": 8, "adaptive": false}})
 }
 
 fn tools() -> Value {

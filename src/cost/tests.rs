@@ -154,3 +154,25 @@ fn unmeasured_costs_mean_try_it() {
     assert!(c.stash_pays(1000, 1000, 512));
     assert_eq!(c.draft_len(8, 0.1, 1), 8);
 }
+
+#[test]
+fn a_lane_that_copies_expects_whole_drafts_and_one_that_does_not_expects_little() {
+    let mut copy = Acceptance::default();
+    let mut story = Acceptance::default();
+    for _ in 0..8 {
+        copy.record(16, 16);
+        story.record(16, if story.runs.len() % 4 == 0 { 1 } else { 0 });
+    }
+    assert_eq!(copy.expected(16), 16.0);
+    assert_eq!(story.expected(16), 0.25);
+    let c = cpu();
+    // 16 accepted tokens save 16 steps of 10.4 ms for a batch of 17 costing 106: worth all 16.
+    assert_eq!(c.draft_len_by(16, 1, &|k| copy.expected(k)), 16);
+    assert_eq!(c.draft_len_by(16, 1, &|k| story.expected(k)), 0, "a quarter token does not pay a row");
+    // A copy that broke off half the time: still worth it, per the runs it had.
+    let mut half = Acceptance::default();
+    for i in 0..8 {
+        half.record(16, if i % 2 == 0 { 16 } else { 0 });
+    }
+    assert_eq!(half.expected(16), 8.0);
+}

@@ -137,6 +137,9 @@ pub struct Speculation {
     /// `draft-simple`'s model: `speculative.draft_model_path` (its type then defaults to
     /// `draft-simple`, as llama.cpp's does).
     pub draft_model: Option<DraftModel>,
+    /// Drafts sized by the cost model: `speculative.adaptive`, default true (docs/design.md,
+    /// "The cost model"); false verifies every draft whole, as llama-server does.
+    pub adaptive: bool,
 }
 
 /// A draft model: its GGUF, and its layers on the GPU (None: as many as the target's).
@@ -160,6 +163,7 @@ impl Speculation {
             draft_min: c.draft_min.map_or(0, |n| n as usize),
             ngram_size: c.ngram_size.map_or(DEFAULT_NGRAM_SIZE, |n| n as u16),
             draft_model,
+            adaptive: c.adaptive.unwrap_or(true),
         }
     }
 }

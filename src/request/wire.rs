@@ -116,6 +116,10 @@ pub struct SpeculativeConfig {
     /// The draft model's layers on the GPU.
     #[serde(default)]
     pub draft_n_gpu_layers: Option<i32>,
+    /// Drafts sized by the cost model (default true); false verifies every draft whole, as
+    /// llama-server does.
+    #[serde(default)]
+    pub adaptive: Option<bool>,
 }
 
 /// `prompt_cache` of an engine or pool config; every field optional.

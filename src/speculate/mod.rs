@@ -35,6 +35,9 @@ pub struct Drafters {
     /// draft-simple's model, kept alive after the drafter (declared after it: dropped after it).
     _model: Option<Arc<Model>>,
     free: Mutex<Vec<usize>>,
+    /// Each lane's acceptance, kept from one request to the next (a lane's next request starts
+    /// from what its last one showed, not from the prior).
+    acceptance: Mutex<Vec<Acceptance>>,
     lanes: usize,
     /// The most tokens a draft holds, and the fewest worth verifying.
     draft_max: usize,
@@ -82,6 +85,7 @@ impl Drafters {
             drafter: Mutex::new(drafter),
             _model: model,
             free: Mutex::new((0..lanes).rev().collect()),
+            acceptance: Mutex::new(vec![Acceptance::default(); lanes]),
             lanes,
             draft_max,
             draft_min,
@@ -149,6 +153,7 @@ impl<'a> Speculation<'a> {
     /// taken, the request decodes without it).
     pub fn start(drafters: &'a Drafters, prompt: &[Token]) -> Result<Option<Speculation<'a>>> {
         let Some(lane) = drafters.free().pop() else { return Ok(None) };
+        let acceptance = drafters.acceptance.lock().unwrap_or_else(|p| p.into_inner())[lane].clone();
         let spec = Speculation {
             drafters,
             lane,
@@ -158,7 +163,7 @@ impl<'a> Speculation<'a> {
             round_accepted: 0,
             failed: false,
             shadow: Default::default(),
-            acceptance: Acceptance::default(),
+            acceptance,
             stats: DraftStats::default(),
         };
         drafters.drafter().begin(lane, prompt)?;
@@ -170,11 +175,17 @@ impl<'a> Speculation<'a> {
         if !self.failed {
             self.fresh.extend_from_slice(step);
         }
-        self.follow_shadow(step);
         let matched = step.iter().zip(&self.pending).take_while(|(a, b)| a == b).count();
         self.pending.drain(..matched);
         self.stats.accepted += matched;
         self.round_accepted += matched;
+        // The proposal's unverified tail follows its verified part: the step's tokens past the
+        // draft are compared with it, and a step that left the draft ends it.
+        match self.pending.is_empty() {
+            true => self.follow_shadow(&step[matched..]),
+            false if matched < step.len() => self.shadow.clear(),
+            false => {}
+        }
 
         if matched == step.len() && matched > 0 {
             return Followed::Whole(matched);
@@ -205,15 +216,20 @@ impl<'a> Speculation<'a> {
             return Ok(Vec::new());
         }
         if let Some(costs) = &d.costs {
-            let worth = costs.draft_len(draft.len(), self.acceptance.p(), d.busy_lanes());
-            if worth < d.draft_min.max(1) {
-                self.round = draft.len(); // the drafter hears how much of it would have been accepted
-                self.shadow.extend(draft);
+            let acceptance = &self.acceptance;
+            let worth = costs.draft_len_by(draft.len(), d.busy_lanes(), &|k| acceptance.expected(k));
+            // The drafter, and the lane's acceptance, hear how much of the whole proposal was (or
+            // would have been) accepted; only `worth` of it is verified, the rest followed in the
+            // shadow.
+            self.round = draft.len();
+            let verify = if worth < d.draft_min.max(1) { 0 } else { worth };
+            self.shadow.extend(draft.drain(verify..));
+            if draft.is_empty() {
                 return Ok(Vec::new());
             }
-            draft.truncate(worth);
+        } else {
+            self.round = draft.len();
         }
-        self.round = draft.len();
         self.stats.drafted += draft.len();
         self.pending.extend(&draft);
         Ok(draft)
@@ -259,6 +275,8 @@ impl<'a> Speculation<'a> {
 
 impl Drop for Speculation<'_> {
     fn drop(&mut self) {
+        let kept = std::mem::take(&mut self.acceptance);
+        self.drafters.acceptance.lock().unwrap_or_else(|p| p.into_inner())[self.lane] = kept;
         self.drafters.free().push(self.lane);
     }
 }
