@@ -217,7 +217,9 @@ fn a_queued_request_cancelled_by_its_host_leaves_the_queue_at_once() {
     let r = p.infer_with(&request(Kind::Named, 1, false), &ev);
     let took = t.elapsed();
     assert_eq!(r["choices"][0]["finish_reason"], "cancelled", "{r}");
-    assert!(took.as_millis() < 300, "cancelled within {took:?}");
+    // At once: within the next queued event (50 ms) of the 200 ms timeout, with room for a loaded
+    // CI machine; the request it waits behind runs for 3 s.
+    assert!(took.as_millis() < 500, "cancelled within {took:?}");
     assert!(ev.of_type("progress").iter().any(|e| e["stage"] == "queued"), "it said it was queued");
     assert_eq!(p.stats()["queued"], 0, "its place is free");
     assert_eq!(p.stats()["running"], 1, "the holder runs on");

@@ -155,7 +155,7 @@ class RetriesAndTimeoutTest {
                 TimeoutException e = assertThrows(TimeoutException.class, () -> chat.chat(story(8)));
                 long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
                 System.out.println("timeout(200 ms), queued: the chat ended after " + ms + " ms");
-                assertTrue(ms >= 200 && ms < 300, "queued chat ended after " + ms + " ms: " + e.getMessage());
+                assertTrue(ms >= 200 && ms < 500, "queued chat ended after " + ms + " ms: " + e.getMessage());
                 checkQueueFreedHolderRunning(queueing);
 
                 CompletableFuture<ChatResponse> done = new CompletableFuture<>();
@@ -165,7 +165,7 @@ class RetriesAndTimeoutTest {
                 ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
                 System.out.println("timeout(200 ms), queued: the stream ended after " + ms + " ms");
                 assertInstanceOf(TimeoutException.class, streamed);
-                assertTrue(ms >= 200 && ms < 300, "queued stream ended after " + ms + " ms");
+                assertTrue(ms >= 200 && ms < 500, "queued stream ended after " + ms + " ms");
                 checkQueueFreedHolderRunning(queueing);
 
                 int seen = chunks.get();
