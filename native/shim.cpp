@@ -17,6 +17,8 @@
 #include "ggml.h"
 #include "llama.h"
 #include "llama-grammar.h"
+#include "llama-context.h"
+#include "ggml-backend.h"
 
 #include <nlohmann/json.hpp>
 
@@ -611,4 +613,30 @@ llb_shim_status llb_shim_triggers_find(const llb_shim_triggers * t, const char *
 
 void llb_shim_triggers_free(llb_shim_triggers * t) {
     delete t;
+}
+
+int32_t llb_shim_context_reference_kernels(struct llama_context * ctx, int32_t on) {
+    if (!ctx) {
+        return 0;
+    }
+    ggml_backend_sched_t sched = ctx->get_sched();
+    if (!sched) {
+        return 0;
+    }
+    using set_use_ref_t = void (*)(ggml_backend_t, bool);
+    int32_t n = 0;
+    for (int i = 0; i < ggml_backend_sched_get_n_backends(sched); i++) {
+        ggml_backend_t b = ggml_backend_sched_get_backend(sched, i);
+        ggml_backend_dev_t dev = b ? ggml_backend_get_device(b) : nullptr;
+        if (!dev || ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
+            continue;
+        }
+        auto set = (set_use_ref_t) ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev),
+                                                                     "ggml_backend_cpu_set_use_ref");
+        if (set) {
+            set(b, on != 0);
+            n++;
+        }
+    }
+    return n;
 }

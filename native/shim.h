@@ -228,6 +228,15 @@ llb_shim_status llb_shim_spec_draft(llb_shim_spec *s, uint32_t lane, const int32
 llb_shim_status llb_shim_spec_accept(llb_shim_spec *s, uint32_t lane, uint16_t n_accepted, char **err);
 void llb_shim_spec_free(llb_shim_spec *s);
 
+/*
+ * Reference kernels on the context's CPU backend (ggml_backend_cpu_set_use_ref): flash attention
+ * takes its one-row-at-a-time path for every batch shape and thread count (no split-KV chunks by
+ * thread count, no tiles), so a token's logits do not depend on the batch it was in, on how many
+ * threads ran it, or on whether its prefix was read as a prompt or restored. Returns how many CPU
+ * backends took the setting (0: the context computes on no CPU backend, or that ggml lacks it).
+ */
+int32_t llb_shim_context_reference_kernels(struct llama_context *ctx, int32_t on);
+
 #ifdef __cplusplus
 }
 #endif

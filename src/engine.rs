@@ -128,6 +128,8 @@ impl Chat {
                 thread_poll: s.thread_poll,
                 prompt_cache: prompt_cache_settings(s, &model, &ctx_params),
                 backend: ctx_params,
+                deterministic: s.deterministic,
+                exact_reuse: !model.uses_rpc && crate::backend::devices().iter().all(|d| d.kind == "cpu"),
             },
         )?;
         let drafters = drafters(&settings, &model, &sched, &load)?;

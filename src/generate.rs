@@ -80,7 +80,7 @@ impl<'a> Run<'a> {
             decode_time: Duration::ZERO,
             drafts: DraftStats::default(),
         };
-        let ticket = place.join(prompt.clone());
+        let ticket = place.join(prompt.clone(), req.deterministic);
         let (admission, first) = self.prefill(&ticket)?;
         g.cache_warnings(&admission.warnings);
         crate::fault::site("infer");

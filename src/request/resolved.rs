@@ -74,8 +74,10 @@ pub struct ResolvedRequest {
     pub deterministic_call_syntax: bool,
     /// Jump-forward decoding: the request's `jump_forward`, else the config's.
     pub jump_forward: bool,
-    /// Speculative decoding: the request's `speculative`, else the config's.
+    /// Speculative decoding: the request's `speculative`, else the config's; never in replay mode.
     pub speculative: bool,
+    /// Replay mode: the request's `deterministic`, else the config's.
+    pub deterministic: bool,
 }
 
 impl ChatRequest {
@@ -91,6 +93,7 @@ impl ChatRequest {
         }
         let template_kwargs = self.template_kwargs(settings);
         let thinking = template_kwargs.get("enable_thinking").and_then(Value::as_bool).unwrap_or(true);
+        let deterministic = self.deterministic.unwrap_or(settings.deterministic);
         Ok(ResolvedRequest {
             choice: self.choice(),
             stop: self.stop_strings(),
@@ -119,7 +122,8 @@ impl ChatRequest {
             logprobs: (self.logprobs == Some(true)).then(|| self.top_logprobs.unwrap_or(0) as usize),
             deterministic_call_syntax: self.deterministic_call_syntax.unwrap_or(settings.deterministic_call_syntax),
             jump_forward: self.jump_forward.unwrap_or(settings.jump_forward),
-            speculative: self.speculative.unwrap_or(settings.speculative.by_default),
+            speculative: self.speculative.unwrap_or(settings.speculative.by_default) && !deterministic,
+            deterministic,
             parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
             tools: self.tools.unwrap_or_default(),
             messages: self.messages,

@@ -100,6 +100,9 @@ pub struct EngineSettings {
     /// Jump-forward decoding for requests that do not say (docs/design.md, "Jump-forward
     /// decoding"). Default true.
     pub jump_forward: bool,
+    /// Replay mode for every request (docs/design.md, "Determinism"): the context computes
+    /// with reference kernels, threads stay fixed, nothing speculates. Default false.
+    pub deterministic: bool,
     /// The reasoning budget of requests that set none (-1 unlimited, 0 no thinking). Default
     /// none: a request's `reasoning_effort` may then stand for one (docs/tool-calls.md).
     pub reasoning_budget: Option<i64>,
@@ -316,11 +319,13 @@ impl EngineSettings {
             },
             max_queue: config.max_queue.unwrap_or(n_parallel * DEFAULT_QUEUE_PER_PARALLEL) as usize,
             n_threads: config.n_threads.map_or(crate::threads::total(), |t| t as usize),
-            adaptive_threads: config.adaptive_threads.unwrap_or(true),
+            // Replay mode keeps the thread count fixed (docs/design.md, "Determinism").
+            adaptive_threads: config.adaptive_threads.unwrap_or(true) && !config.deterministic.unwrap_or(false),
             thread_poll: config.thread_poll.unwrap_or(0),
             seed: config.seed,
             deterministic_call_syntax: config.deterministic_call_syntax.unwrap_or(true),
             jump_forward: config.jump_forward.unwrap_or(true),
+            deterministic: config.deterministic.unwrap_or(false),
             reasoning_budget: config.reasoning_budget,
             chat_template_kwargs: config.chat_template_kwargs.clone().unwrap_or_default(),
             prompt_cache_ram: config.prompt_cache.as_ref().and_then(|p| p.ram_bytes),

@@ -74,6 +74,10 @@ pub struct EngineConfig {
     /// Jump-forward decoding (docs/design.md, "Jump-forward decoding"); default true.
     #[serde(default)]
     pub jump_forward: Option<bool>,
+    /// Replay mode (docs/design.md, "Determinism"): reference kernels on every step, fixed
+    /// threads, no speculation, a cached prefix only where it is bit-exact; default false.
+    #[serde(default)]
+    pub deterministic: Option<bool>,
     /// The default reasoning budget in tokens (-1 unlimited, 0 no thinking), as llama-server's
     /// `--reasoning-budget`; a request's `reasoning_budget` overrides it (docs/tool-calls.md).
     #[serde(default)]
@@ -495,6 +499,10 @@ pub struct ChatRequest {
     /// (default: the engine's config; docs/design.md, "Speculative decoding").
     #[serde(default)]
     pub speculative: Option<bool>,
+    /// llb's extension: `true` computes this request as replay mode does (docs/design.md,
+    /// "Determinism"; default: the engine's config, false).
+    #[serde(default)]
+    pub deterministic: Option<bool>,
     /// llb's extension, as llama-server's: the most tokens the reply may spend reasoning (-1
     /// unlimited, 0 no thinking); past it the template's end-of-thinking tag is forced and the
     /// reply goes on (docs/tool-calls.md, "Reasoning budget").

@@ -56,6 +56,12 @@ pub struct SchedConfig {
     pub backend: crate::backend::ContextParams,
     /// Where conversations that leave the context are kept (src/prompt_cache/).
     pub prompt_cache: prompt_cache::Settings,
+    /// Replay mode for every request: the context computes every step with reference kernels.
+    pub deterministic: bool,
+    /// Every step computes on CPU backends (no GPU or RPC device in the process), where
+    /// reference kernels make a cell's bits independent of the batch it was computed in: a
+    /// cached prefix then equals a cold read (docs/design.md, "Determinism").
+    pub exact_reuse: bool,
 }
 
 /// How a request got its sequence.
@@ -124,6 +130,8 @@ struct Job {
     /// Its sequence was restored from the prompt cache and has not been decoded into since: a
     /// decode that fails or gives non-finite logits then reads the prompt cold instead, once.
     probation: Option<Origin>,
+    /// Replay mode: its steps run on reference kernels and it reuses no cells computed otherwise.
+    exact: bool,
 }
 
 /// Where a restored state came from (src/scheduler/caching.rs), to delete it if it proves bad.
@@ -183,6 +191,10 @@ struct Shared {
 /// token (issue 31: every host-side µs per token shows on a GPU).
 const SUBMIT_SPIN: Duration = Duration::from_micros(60);
 
+/// The query rows of ggml's CPU flash-attention tile (`GGML_FA_TILE_Q` in the pinned
+/// ggml-cpu/common.h): a batch of at least this many rows takes the tiled kernel.
+const TILE_ROWS: usize = 64;
+
 pub struct Scheduler {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
@@ -207,7 +219,13 @@ impl Scheduler {
     ///
     /// The scheduler must be dropped before `model` (its context refers to the model): the
     /// engine and pool declare it first.
-    pub fn start(model: &Model, config: SchedConfig) -> Result<Scheduler> {
+    pub fn start(model: &Model, mut config: SchedConfig) -> Result<Scheduler> {
+        if config.deterministic && !config.exact_reuse {
+            // Replay mode reads every prompt cold where a cached prefix is not bit-exact: keeping
+            // states would only cost their copies.
+            config.prompt_cache.ram_bytes = 0;
+            config.prompt_cache.dir = None;
+        }
         // SAFETY: default params adjusted; a NULL context is handled.
         let ctx = unsafe {
             let mut cp = sys::llama_context_default_params();
@@ -342,12 +360,14 @@ impl Drop for Scheduler {
 fn open_cache(model: &Model, config: &SchedConfig) -> Result<PromptCache> {
     let b = &config.backend;
     let format = format!(
-        "llb {}; llama.cpp {}; type_k {}; type_v {}; flash_attn {}",
+        "llb {}; llama.cpp {}; type_k {}; type_v {}; flash_attn {}{}",
         env!("CARGO_PKG_VERSION"),
         crate::version::pin::COMMIT,
         b.type_k,
         b.type_v,
-        b.flash_attn
+        b.flash_attn,
+        // Replay mode's states are computed with other kernels: never restored by the other mode.
+        if config.deterministic { "; kernels reference" } else { "" }
     );
     PromptCache::open(&config.prompt_cache, || prompt_cache::key(&model.path, &format)).map_err(|e| {
         let dir = config.prompt_cache.dir.as_deref().unwrap_or(std::path::Path::new(""));
@@ -367,15 +387,16 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    /// Queues the request whose prompt is `tokens` in the place this reservation holds.
-    pub fn join(mut self, tokens: Vec<Token>) -> Ticket {
+    /// Queues the request whose prompt is `tokens` in the place this reservation holds;
+    /// `exact`: it runs in replay mode (docs/design.md, "Determinism").
+    pub fn join(mut self, tokens: Vec<Token>, exact: bool) -> Ticket {
         let shared = self.shared.clone();
         let mut st = lock(&shared.state);
         st.next_id += 1;
         let id = st.next_id;
         let mailbox = Arc::new(Mailbox::default());
         let prompt_len = tokens.len();
-        let job = Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new(), rows: 1, keep: usize::MAX, probation: None };
+        let job = Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new(), rows: 1, keep: usize::MAX, probation: None, exact };
         st.jobs.push(job);
         // The job now holds the place: the reservation's Drop must not give it back.
         st.reserved -= 1;
@@ -507,6 +528,8 @@ struct Entry {
     pos: usize,
     tokens: Vec<Token>,
     rows: usize,
+    /// Its job runs in replay mode.
+    exact: bool,
 }
 
 /// The scheduler thread's side: owns the context and the batch.
@@ -530,6 +553,8 @@ struct Worker {
     /// The model's memory is a plain KV cache (not recurrent or hybrid): states are checked
     /// cell by cell before a restore (src/scheduler/kv_state.rs).
     plain_kv: bool,
+    /// Whether the context's CPU backend computes with reference kernels now (None: not set yet).
+    reference: Option<bool>,
 }
 
 impl Drop for Worker {
@@ -571,6 +596,7 @@ impl Worker {
             // SAFETY: a live model.
             plain_kv: unsafe { !sys::llama_model_is_recurrent(model.raw()) && !sys::llama_model_is_hybrid(model.raw()) },
             lost: None,
+            reference: None,
         }
     }
 
@@ -706,21 +732,34 @@ impl Worker {
     /// when every sequence is busy.
     fn place(&mut self, st: &mut State, ji: usize) -> bool {
         let job = &st.jobs[ji];
-        let running: Vec<(usize, &[Token])> =
-            st.jobs.iter().filter_map(|j| Some((j.state.running_seq()?, &j.tokens[..j.prompt_len]))).collect();
-        let Some(placed) = st.slots.place(&job.tokens, &running) else { return false };
+        let reuse = self.may_reuse(job);
+        let running: Vec<(usize, &[Token])> = st
+            .jobs
+            .iter()
+            .filter(|_| reuse)
+            .filter_map(|j| Some((j.state.running_seq()?, &j.tokens[..j.prompt_len])))
+            .collect();
+        let Some(placed) = st.slots.place(if reuse { &job.tokens } else { &[] }, &running) else { return false };
         self.apply(&mut st.slots, placed.ops);
         let seq = placed.seq;
         match placed.prefix {
             Prefix::Awaited { src, upto } => st.jobs[ji].state = JobState::AwaitingPrefix { seq, src, upto },
             Prefix::Ready => {
-                let admission = self.restore(st, ji, seq);
+                let admission = if reuse { self.restore(st, ji, seq) } else { Admission::default() };
                 let job = &mut st.jobs[ji];
                 job.state = JobState::Prefilling { seq };
                 job.mailbox.post(Msg::Admitted(admission));
             }
         }
         true
+    }
+
+    /// Whether `job` may start from cells already computed (a kept sequence, another request's
+    /// prompt, the prompt cache): always, but in replay mode only where those cells are what a
+    /// cold read computes (reference kernels on every step, on CPU backends only).
+    fn may_reuse(&self, job: &Job) -> bool {
+        let c = &self.shared.config;
+        !job.exact || (c.deterministic && c.exact_reuse)
     }
 
     /// Requests waiting for a prefix another one evaluates: copy it once it is there, or as much
@@ -776,6 +815,7 @@ impl Worker {
                     pos,
                     tokens: j.tokens[pos..pos + n].to_vec(),
                     rows: if n == pending { j.rows.min(n) } else { 0 },
+                    exact: j.exact,
                 });
             }
         }
@@ -804,6 +844,7 @@ impl Worker {
             return;
         }
         let n_tokens = self.fill_batch(&entries);
+        self.choose_kernels(&entries, n_tokens);
         let want = match &mut self.tuner {
             Some(t) => t.choose(n_tokens),
             None => self.shared.config.n_threads,
@@ -852,6 +893,20 @@ impl Worker {
                 self.lost = Some(e.clone());
                 self.fail(&mut st, &entries, e);
             }
+        }
+    }
+
+    /// Reference kernels for this step (docs/design.md, "Determinism") where a batch of fewer
+    /// rows than ggml's flash-attention tile would otherwise take a path that depends on the
+    /// thread count (one row past 512 cells: split-KV chunks, `ceil(n_kv / threads)` cells
+    /// each), and for every step in replay mode. Batches of a tile or more keep the tiled
+    /// kernels: per row they do not depend on the threads, and they read prompts faster.
+    fn choose_kernels(&mut self, entries: &[Entry], n_tokens: usize) {
+        let on = self.shared.config.deterministic || n_tokens < TILE_ROWS || entries.iter().any(|e| e.exact);
+        if self.reference != Some(on) {
+            // SAFETY: live context, between decodes, on its thread.
+            unsafe { sys::llb_shim_context_reference_kernels(self.ctx.0, on as i32) };
+            self.reference = Some(on);
         }
     }
 

@@ -275,6 +275,9 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub fn llb_shim_spec_free(s: *mut llb_shim_spec);
 }
+unsafe extern "C" {
+    pub fn llb_shim_context_reference_kernels(ctx: *mut llama_context, on: i32) -> i32;
+}
 pub type FILE = _IO_FILE;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

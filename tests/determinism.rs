@@ -1,0 +1,214 @@
+//! The same request at temperature 0 gives the same reply (issue 46), on real weights
+//! (SmolLM2-135M with a tool template, scripts/smollm2.sh) and a conversation past 512 KV cells,
+//! where ggml's CPU flash attention has a thread-dependent path for a lone token.
+//!
+//! Replies are compared with their logprobs, bit for bit: a kernel that sums in another order
+//! shows there long before it flips a token.
+//!
+//! - Replay mode (`"deterministic": true`, docs/design.md "Determinism"): cold three times while
+//!   other processes load the cores, restored from RAM and from disk, in a pool beside other
+//!   requests, with speculation configured, and per request on a default pool: one reply.
+//! - The default mode: a reply does not depend on the thread count, and speculation leaves
+//!   every token's logprobs as they are.
+//!
+//! Without LLB_SMOLLM2_TOOLS the tests say so and pass, unless LLB_REQUIRE_REAL_WEIGHTS=1
+//! (test-all.sh sets both).
+
+mod common;
+
+use common::cabi::{CEngine, CPool};
+use common::fixtures_dir;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+
+/// One test at a time: the load one starts must not reach the other, and each reads long
+/// prompts on every core.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn model() -> Option<PathBuf> {
+    match std::env::var_os("LLB_SMOLLM2_TOOLS") {
+        Some(p) => Some(PathBuf::from(p)),
+        None if std::env::var("LLB_REQUIRE_REAL_WEIGHTS").as_deref() == Ok("1") => {
+            panic!("LLB_SMOLLM2_TOOLS is not set (scripts/smollm2.sh prints the path)")
+        }
+        None => {
+            eprintln!("skipped: LLB_SMOLLM2_TOOLS is not set (test-all.sh sets it from scripts/smollm2.sh)");
+            None
+        }
+    }
+}
+
+/// A system prompt of rules, about 560 tokens: with the turns after it, past 512 cells.
+fn system() -> Value {
+    let words = ["river", "market", "engine", "window", "garden", "letter", "station", "winter", "copper", "signal"];
+    let mut text = String::from("You are the harbor assistant. ");
+    let mut i = 11usize;
+    while text.len() < 2200 {
+        i = (i * 7 + 3) % 1000;
+        text.push_str(&format!("The harbor {} keeps rule {i} about the {}. ", words[i % 10], words[(i / 10) % 10]));
+    }
+    json!({"role": "system", "content": text})
+}
+
+fn turn1() -> Vec<Value> {
+    vec![system(), json!({"role": "user", "content": "Which rule is about the copper window?"})]
+}
+
+fn turn2(reply: &str) -> Vec<Value> {
+    let mut m = turn1();
+    m.push(json!({"role": "assistant", "content": reply}));
+    m.push(json!({"role": "user", "content": "And what does rule 7 say? Answer in one sentence."}));
+    m
+}
+
+fn request(messages: &[Value], extra: Value) -> Value {
+    let mut r = json!({"messages": messages, "max_tokens": 24, "temperature": 0, "logprobs": true, "top_logprobs": 2});
+    r.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    r
+}
+
+/// The reply's text with every token's logprob and alternatives, exactly as returned.
+fn reply(resp: &Value) -> String {
+    assert!(resp["error"].is_null(), "{resp}");
+    let c = &resp["choices"][0];
+    format!("{}\n{}", c["message"]["content"], c["logprobs"]["content"])
+}
+
+fn text(resp: &Value) -> String {
+    resp["choices"][0]["message"]["content"].as_str().unwrap_or_else(|| panic!("{resp}")).to_string()
+}
+
+fn restored(resp: &Value) -> u64 {
+    resp["timings"]["cache_restored_n"].as_u64().unwrap_or_else(|| panic!("{resp}"))
+}
+
+fn engine(m: &PathBuf, extra: Value) -> CEngine {
+    let mut c = json!({"model_path": m, "n_ctx": 2048, "n_threads": 2});
+    c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    CEngine::open(&c).unwrap_or_else(|e| panic!("create failed: {e}"))
+}
+
+/// Processes that keep every core busy while they live.
+struct Load(Vec<Child>);
+
+impl Load {
+    fn start() -> Load {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Load(
+            (0..n)
+                .map(|_| {
+                    Command::new("sh").args(["-c", "while :; do :; done"]).stdout(Stdio::null()).spawn().unwrap()
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn cache_dir(name: &str) -> PathBuf {
+    let d = fixtures_dir().join(format!("determinism-{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Replay mode, with speculation configured: every way of reaching the second turn of one
+/// conversation gives one reply, logprobs and all.
+#[test]
+fn replay_mode_gives_one_reply_cold_under_load_restored_pooled_and_per_request() {
+    let Some(m) = model() else { return };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let replay = json!({"deterministic": true, "speculative": {"type": "ngram-mod"}});
+    let dir = cache_dir("replay");
+    let mut on_disk = replay.clone();
+    on_disk["prompt_cache"] = json!({"dir": dir});
+    let e = engine(&m, on_disk.clone());
+    let r1 = text(&e.infer(&request(&turn1(), json!({}))));
+    let second = request(&turn2(&r1), json!({}));
+
+    // Cold, three times, the machine's cores busy with other processes; 1 and 2 threads.
+    let cold: Vec<String> = {
+        let _load = Load::start();
+        [2, 1, 2]
+            .iter()
+            .map(|&t| {
+                let mut c = replay.clone();
+                c["n_threads"] = json!(t);
+                reply(&engine(&m, c).infer(&second))
+            })
+            .collect()
+    };
+    assert_eq!(cold[0], cold[1], "cold on 2 threads vs 1, under load");
+    assert_eq!(cold[0], cold[2], "cold twice under load");
+
+    // The engine that answered the first turn goes on with its cells (those of its own reply
+    // computed token by token).
+    assert_eq!(reply(&e.infer(&second)), cold[0], "the first turn's engine going on");
+
+    // From RAM: another conversation takes the engine's one sequence, then this one comes back.
+    e.infer(&request(&[json!({"role": "user", "content": "Say hello."})], json!({"max_tokens": 4})));
+    let from_ram = e.infer(&second);
+    assert!(restored(&from_ram) > 0, "restored from RAM: {}", from_ram["timings"]);
+    assert_eq!(reply(&from_ram), cold[0], "restored from RAM");
+
+    // From disk, in an engine standing for a restarted process (the first one's states were
+    // written when it closed).
+    drop(e);
+    let from_disk = engine(&m, on_disk).infer(&second);
+    assert!(restored(&from_disk) > 0, "restored from disk: {}", from_disk["timings"]);
+    assert_eq!(reply(&from_disk), cold[0], "restored from disk");
+
+    // In a pool, beside other requests; and per request in a default pool that speculates.
+    for (label, config, extra) in [
+        ("a replay-mode pool", replay.clone(), json!({})),
+        ("a default pool, the request in replay mode", json!({}), json!({"deterministic": true})),
+    ] {
+        let mut c = json!({"model_path": m, "n_ctx": 4096, "n_parallel": 3, "n_threads": 2});
+        c.as_object_mut().unwrap().extend(config.as_object().unwrap().clone());
+        let pool = CPool::open(&c).unwrap();
+        let got = std::thread::scope(|s| {
+            let others: Vec<_> = ["Tell me about copper.", "Count from one to twenty."]
+                .iter()
+                .map(|q| {
+                    let pool = &pool;
+                    s.spawn(move || pool.infer(&request(&[json!({"role": "user", "content": q})], json!({"max_tokens": 40}))))
+                })
+                .collect();
+            let got = pool.infer(&request(&turn2(&r1), extra.clone()));
+            others.into_iter().for_each(|h| assert!(h.join().unwrap()["error"].is_null()));
+            got
+        });
+        assert_eq!(reply(&got), cold[0], "{label}");
+    }
+}
+
+/// The default mode: the same reply on 1 and 2 threads (a lone token past 512 cells is not
+/// computed in chunks of the thread count), and with speculation as without it.
+#[test]
+fn the_default_mode_gives_one_reply_on_any_thread_count_and_with_speculation() {
+    let Some(m) = model() else { return };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let plain = json!({"adaptive_threads": false, "prompt_cache": {"ram_bytes": 0}});
+    let second = |extra: Value| request(&turn2("Rule 211 is about the copper window."), extra);
+    let on = |threads: usize, extra: Value| {
+        let mut c = plain.clone();
+        c["n_threads"] = json!(threads);
+        c["speculative"] = json!({"type": "ngram-mod", "adaptive": false});
+        engine(&m, c).infer(&second(extra))
+    };
+    let two = reply(&on(2, json!({"speculative": false})));
+    assert_eq!(reply(&on(1, json!({"speculative": false}))), two, "1 thread vs 2");
+    let drafted = on(2, json!({"speculative": true}));
+    assert!(drafted["timings"]["draft_n"].as_u64().unwrap() > 0, "nothing was drafted: {}", drafted["timings"]);
+    assert_eq!(reply(&drafted), two, "speculation on vs off");
+}
