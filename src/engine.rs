@@ -17,7 +17,10 @@ use crate::model::{self, Model};
 use crate::model_info;
 use crate::prompt::Prompter;
 use crate::prompt_cache;
-use crate::request::{self, ChatRequest, DraftModel, EngineConfig, EngineSettings, HandleKind, ResolvedRequest};
+use crate::request::{
+    self, ChatRequest, DraftModel, Drafter, EngineConfig, EngineSettings, HandleKind, ResolvedRequest,
+    SpeculativeSettings,
+};
 use crate::scheduler::{SchedConfig, Scheduler};
 use crate::session::ReplyBook;
 use crate::shim::{DraftContext, Probe, Templates};
@@ -65,10 +68,14 @@ fn machine_memory() -> u64 {
 
 /// The prompt cache's tiers: the config's, the RAM budget sized from the model's KV cache when
 /// the config gives none.
-fn prompt_cache_settings(s: &EngineSettings, model: &Model, cp: &crate::backend::ContextParams) -> prompt_cache::Settings {
-    let ram = s.prompt_cache_ram.unwrap_or_else(|| {
-        request::prompt_cache_ram(context_kv_bytes(model, s.n_ctx, cp), machine_memory())
-    });
+fn prompt_cache_settings(
+    s: &EngineSettings,
+    model: &Model,
+    cp: &crate::backend::ContextParams,
+) -> prompt_cache::Settings {
+    let ram = s
+        .prompt_cache_ram
+        .unwrap_or_else(|| request::prompt_cache_ram(context_kv_bytes(model, s.n_ctx, cp), machine_memory()));
     prompt_cache::Settings {
         ram_bytes: ram,
         dir: s.prompt_cache_dir.clone(),
@@ -171,25 +178,35 @@ impl Chat {
 /// The drafter of speculative decoding (docs/design.md, "Speculative decoding"), one lane per
 /// request that runs at once. None for a model whose memory cannot cut a sequence (recurrent
 /// and hybrid models: every rejected draft would rebuild the sequence).
-fn drafters(settings: &EngineSettings, model: &Model, sched: &Scheduler, load: &LoadParams) -> Result<Option<Drafters>> {
+fn drafters(
+    settings: &EngineSettings,
+    model: &Model,
+    sched: &Scheduler,
+    load: &LoadParams,
+) -> Result<Option<Drafters>> {
     if !can_cut(model) {
         return Ok(None);
     }
     let s = &settings.speculative;
     let lanes = settings.n_parallel as usize;
-    let Some(draft) = &s.draft_model else {
-        return Drafters::new(s.kind, s.ngram_size, lanes, s.draft_max, s.draft_min).map(|d| Some(costed(d, s, sched)));
+    let draft = match &s.drafter {
+        Drafter::SelfDrafting(kind) => {
+            return Drafters::new(kind, s.ngram_size, lanes, s.draft_max, s.draft_min)
+                .map(|d| Some(costed(d, s, sched)))
+        }
+        Drafter::Model(draft) => draft,
     };
     let draft_model = load_draft_model(draft, load)?;
     let ctx = DraftContext { n_ctx: settings.n_ctx, n_batch: settings.n_batch, n_threads: settings.n_threads };
     // SAFETY: the scheduler's live context, read for its model only.
-    let d = unsafe { Drafters::with_model(sched.context_for_drafter(), draft_model, ctx, lanes, s.draft_max, s.draft_min) };
+    let d =
+        unsafe { Drafters::with_model(sched.context_for_drafter(), draft_model, ctx, lanes, s.draft_max, s.draft_min) };
     d.map(|d| Some(costed(d, s, sched)))
 }
 
 /// The drafter's lengths from the scheduler's cost model, unless the config says
 /// `"adaptive": false`.
-fn costed(d: Drafters, s: &crate::request::Speculation, sched: &Scheduler) -> Drafters {
+fn costed(d: Drafters, s: &SpeculativeSettings, sched: &Scheduler) -> Drafters {
     if s.adaptive {
         d.costed(sched.costs())
     } else {

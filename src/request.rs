@@ -7,7 +7,10 @@ mod settings;
 pub(crate) mod wire;
 
 pub use resolved::{random_id, ResolvedRequest, SamplingParams};
-pub use settings::{prompt_cache_ram, DraftModel, EngineSettings, HandleKind, Speculation, DRAFT_SIMPLE, SPECULATIVE_TYPES};
+pub use settings::{
+    prompt_cache_ram, DraftModel, Drafter, Drafting, EngineSettings, HandleKind, SpeculativeSettings, DRAFT_SIMPLE,
+    SPECULATIVE_TYPES,
+};
 pub use wire::*;
 
 use crate::error::{bail, Error, ErrorCode, Result};

@@ -98,9 +98,7 @@ impl Load {
         let n = std::thread::available_parallelism().map_or(2, |n| n.get());
         Load(
             (0..n)
-                .map(|_| {
-                    Command::new("sh").args(["-c", "while :; do :; done"]).stdout(Stdio::null()).spawn().unwrap()
-                })
+                .map(|_| Command::new("sh").args(["-c", "while :; do :; done"]).stdout(Stdio::null()).spawn().unwrap())
                 .collect(),
         )
     }
@@ -181,7 +179,9 @@ fn replay_mode_gives_one_reply_cold_under_load_restored_pooled_and_per_request()
                 .iter()
                 .map(|q| {
                     let pool = &pool;
-                    s.spawn(move || pool.infer(&request(&[json!({"role": "user", "content": q})], json!({"max_tokens": 40}))))
+                    s.spawn(move || {
+                        pool.infer(&request(&[json!({"role": "user", "content": q})], json!({"max_tokens": 40})))
+                    })
                 })
                 .collect();
             let got = pool.infer(&request(&turn2(&r1), extra.clone()));

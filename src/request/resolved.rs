@@ -3,7 +3,7 @@
 //! inference's `ValidGenerateRequest`. Planning, sampling, generation and the response read the
 //! [`ResolvedRequest`]; none of them sees the raw request or writes a default of its own.
 
-use super::settings::EngineSettings;
+use super::settings::{Drafting, EngineSettings};
 use super::wire::{ChatRequest, Choice, Message, ReasoningFormat, Tool};
 use crate::error::{bail, Error, ErrorCode, Result};
 use serde_json::{json, Map, Value};
@@ -122,7 +122,8 @@ impl ChatRequest {
             logprobs: (self.logprobs == Some(true)).then(|| self.top_logprobs.unwrap_or(0) as usize),
             deterministic_call_syntax: self.deterministic_call_syntax.unwrap_or(settings.deterministic_call_syntax),
             jump_forward: self.jump_forward.unwrap_or(settings.jump_forward),
-            speculative: self.speculative.unwrap_or(settings.speculative.by_default) && !deterministic,
+            speculative: self.speculative.unwrap_or(settings.speculative.drafting == Drafting::EveryRequest)
+                && !deterministic,
             deterministic,
             parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
             tools: self.tools.unwrap_or_default(),
@@ -202,9 +203,9 @@ fn random_seed() -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::settings::HandleKind;
     use super::super::wire::EngineConfig;
+    use super::*;
 
     fn settings(config: Value) -> EngineSettings {
         let c: EngineConfig = serde_json::from_value(config).unwrap();

@@ -119,30 +119,47 @@ pub struct EngineSettings {
     pub prompt_cache_secret: Option<std::path::PathBuf>,
     pub prompt_cache_shared: bool,
     /// Speculative decoding: `speculative.*` resolved.
-    pub speculative: Speculation,
+    pub speculative: SpeculativeSettings,
 }
 
-/// How an engine or pool speculates.
+/// How an engine or pool speculates (the running state of one request's speculation is
+/// `speculate::Speculation`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Speculation {
-    /// The drafter (a name of [`SPECULATIVE_TYPES`], or [`DRAFT_SIMPLE`]): `speculative.type`, default
-    /// [`DEFAULT_SPECULATIVE_TYPE`]; with `"none"`, still the default one, for requests that
-    /// ask for speculation themselves.
-    pub kind: &'static str,
-    /// Requests that do not say speculate: false only for `"type": "none"`.
-    pub by_default: bool,
+pub struct SpeculativeSettings {
+    /// Who drafts: `speculative.type`, default [`DEFAULT_SPECULATIVE_TYPE`]; a
+    /// `speculative.draft_model_path` makes it [`DRAFT_SIMPLE`] with that model.
+    pub drafter: Drafter,
+    /// Which requests speculate: every one that does not say `"speculative": false`, or, with
+    /// `"type": "none"`, only those that say `"speculative": true` (with the default drafter).
+    pub drafting: Drafting,
     /// The most tokens a draft holds: `speculative.draft_max`, default [`DEFAULT_DRAFT_MAX`].
     pub draft_max: usize,
     /// Shorter drafts are dropped: `speculative.draft_min`, default 0.
     pub draft_min: usize,
     /// The n-gram looked up: `speculative.ngram_size`, default [`DEFAULT_NGRAM_SIZE`].
     pub ngram_size: u16,
-    /// `draft-simple`'s model: `speculative.draft_model_path` (its type then defaults to
-    /// `draft-simple`, as llama.cpp's does).
-    pub draft_model: Option<DraftModel>,
     /// Drafts sized by the cost model: `speculative.adaptive`, default true (docs/design.md,
     /// "The cost model"); false verifies every draft whole, as llama-server does.
     pub adaptive: bool,
+}
+
+/// The drafter of speculative decoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Drafter {
+    /// One of llama.cpp's self-drafting types ([`SPECULATIVE_TYPES`]): drafts come from the
+    /// conversation itself.
+    SelfDrafting(&'static str),
+    /// [`DRAFT_SIMPLE`]: a smaller model of the same vocabulary drafts.
+    Model(DraftModel),
+}
+
+/// Which requests speculate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drafting {
+    /// Every request that does not say `"speculative": false`.
+    EveryRequest,
+    /// Off unless a request says `"speculative": true` (the config's `"type": "none"`).
+    OnlyWhenAsked,
 }
 
 /// A draft model: its GGUF, and its layers on the GPU (None: as many as the target's).
@@ -152,20 +169,20 @@ pub struct DraftModel {
     pub n_gpu_layers: Option<i32>,
 }
 
-impl Speculation {
-    fn resolve(config: Option<&super::wire::SpeculativeConfig>) -> Speculation {
+impl SpeculativeSettings {
+    fn resolve(config: Option<&super::wire::SpeculativeConfig>) -> SpeculativeSettings {
         let c = config.cloned().unwrap_or_default();
         let named = c.kind.as_deref().and_then(|k| SPECULATIVE_TYPES.iter().copied().find(|t| *t == k));
-        let draft_model =
-            c.draft_model_path.map(|p| DraftModel { path: p.into(), n_gpu_layers: c.draft_n_gpu_layers });
-        let kind = if draft_model.is_some() { DRAFT_SIMPLE } else { named.unwrap_or(DEFAULT_SPECULATIVE_TYPE) };
-        Speculation {
-            kind,
-            by_default: c.kind.as_deref() != Some("none"),
+        let drafter = match c.draft_model_path {
+            Some(p) => Drafter::Model(DraftModel { path: p.into(), n_gpu_layers: c.draft_n_gpu_layers }),
+            None => Drafter::SelfDrafting(named.unwrap_or(DEFAULT_SPECULATIVE_TYPE)),
+        };
+        SpeculativeSettings {
+            drafter,
+            drafting: if c.kind.as_deref() == Some("none") { Drafting::OnlyWhenAsked } else { Drafting::EveryRequest },
             draft_max: c.draft_max.map_or(DEFAULT_DRAFT_MAX, |n| n as usize),
             draft_min: c.draft_min.map_or(0, |n| n as usize),
             ngram_size: c.ngram_size.map_or(DEFAULT_NGRAM_SIZE, |n| n as u16),
-            draft_model,
             adaptive: c.adaptive.unwrap_or(true),
         }
     }
@@ -281,10 +298,16 @@ impl EngineConfig {
                 bail!(InvalidArgument, "field `prompt_cache.secret_file`: must be a file path");
             }
             if (pc.secret_file.is_some() || pc.shared.is_some()) && pc.dir.is_none() {
-                bail!(InvalidArgument, "fields `prompt_cache.secret_file` and `shared` concern `prompt_cache.dir`, which is not set");
+                bail!(
+                    InvalidArgument,
+                    "fields `prompt_cache.secret_file` and `shared` concern `prompt_cache.dir`, which is not set"
+                );
             }
             if pc.disk_bytes.is_some() && pc.dir.is_none() {
-                bail!(InvalidArgument, "field `prompt_cache.disk_bytes`: sets the budget of `prompt_cache.dir`, which is not set");
+                bail!(
+                    InvalidArgument,
+                    "field `prompt_cache.disk_bytes`: sets the budget of `prompt_cache.dir`, which is not set"
+                );
             }
         }
         if let Some(sc) = &self.speculative {
@@ -332,8 +355,12 @@ impl EngineSettings {
             prompt_cache_dir: config.prompt_cache.as_ref().and_then(|p| p.dir.as_deref().map(home)),
             prompt_cache_secret: config.prompt_cache.as_ref().and_then(|p| p.secret_file.as_deref().map(home)),
             prompt_cache_shared: config.prompt_cache.as_ref().and_then(|p| p.shared).unwrap_or(false),
-            prompt_cache_disk: config.prompt_cache.as_ref().and_then(|p| p.disk_bytes).unwrap_or(PROMPT_CACHE_DISK_BYTES),
-            speculative: Speculation::resolve(config.speculative.as_ref()),
+            prompt_cache_disk: config
+                .prompt_cache
+                .as_ref()
+                .and_then(|p| p.disk_bytes)
+                .unwrap_or(PROMPT_CACHE_DISK_BYTES),
+            speculative: SpeculativeSettings::resolve(config.speculative.as_ref()),
         })
     }
 }

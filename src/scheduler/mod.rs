@@ -20,20 +20,20 @@ mod kv_state;
 mod slots;
 mod worker;
 
+use crate::cost::Costs;
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Model;
-use crate::cost::Costs;
 use crate::prompt_cache::{self, PromptCache};
 use crate::sys;
 use crate::threads::ComputePool;
 use crate::tokens::Token;
 use job::JobState;
 use slots::SlotTable;
-use worker::{Entry, Worker};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use worker::{Entry, Worker};
 
 /// How the scheduler is sized (derived from the engine or pool config).
 #[derive(Debug, Clone)]
@@ -262,7 +262,11 @@ impl Scheduler {
         };
         let state = State {
             jobs: Vec::new(),
-            slots: SlotTable::new(config.n_slots).keeping(if cache.enabled() { prompt_cache::MIN_TOKENS } else { usize::MAX }),
+            slots: SlotTable::new(config.n_slots).keeping(if cache.enabled() {
+                prompt_cache::MIN_TOKENS
+            } else {
+                usize::MAX
+            }),
             next_id: 0,
             shutdown: false,
             lost: None,
@@ -398,7 +402,18 @@ impl Reservation {
         let id = st.next_id;
         let mailbox = Arc::new(Mailbox::default());
         let prompt_len = tokens.len();
-        let job = Job { id, tokens, prompt_len, state: JobState::Queued, mailbox: mailbox.clone(), spare: Vec::new(), rows: 1, keep: usize::MAX, probation: None, exact };
+        let job = Job {
+            id,
+            tokens,
+            prompt_len,
+            state: JobState::Queued,
+            mailbox: mailbox.clone(),
+            spare: Vec::new(),
+            rows: 1,
+            keep: usize::MAX,
+            probation: None,
+            exact,
+        };
         st.jobs.push(job);
         // The job now holds the place: the reservation's Drop must not give it back.
         st.reserved -= 1;

@@ -96,7 +96,9 @@ impl Worker {
             tuner,
             uses_rpc: model.uses_rpc,
             // SAFETY: a live model.
-            plain_kv: unsafe { !sys::llama_model_is_recurrent(model.raw()) && !sys::llama_model_is_hybrid(model.raw()) },
+            plain_kv: unsafe {
+                !sys::llama_model_is_recurrent(model.raw()) && !sys::llama_model_is_hybrid(model.raw())
+            },
             lost: None,
             reference: None,
         }
