@@ -171,25 +171,30 @@ fn replay_mode_gives_one_reply_cold_under_load_restored_pooled_and_per_request()
         ("a replay-mode pool", replay.clone(), json!({})),
         ("a default pool, the request in replay mode", json!({}), json!({"deterministic": true})),
     ] {
-        let mut c = json!({"model_path": m, "n_ctx": 4096, "n_parallel": 3, "n_threads": 2});
-        c.as_object_mut().unwrap().extend(config.as_object().unwrap().clone());
-        let pool = CPool::open(&c).unwrap();
-        let got = std::thread::scope(|s| {
-            let others: Vec<_> = ["Tell me about copper.", "Count from one to twenty."]
-                .iter()
-                .map(|q| {
-                    let pool = &pool;
-                    s.spawn(move || {
-                        pool.infer(&request(&[json!({"role": "user", "content": q})], json!({"max_tokens": 40})))
-                    })
-                })
-                .collect();
-            let got = pool.infer(&request(&turn2(&r1), extra.clone()));
-            others.into_iter().for_each(|h| assert!(h.join().unwrap()["error"].is_null()));
-            got
-        });
-        assert_eq!(reply(&got), cold[0], "{label}");
+        assert_eq!(reply(&beside_others(&m, config, &request(&turn2(&r1), extra))), cold[0], "{label}");
     }
+}
+
+/// `req`'s response from a pool of three (`config` over its defaults) while two other requests
+/// run beside it.
+fn beside_others(m: &std::path::Path, config: Value, req: &Value) -> Value {
+    let mut c = json!({"model_path": m, "n_ctx": 4096, "n_parallel": 3, "n_threads": 2});
+    c.as_object_mut().unwrap().extend(config.as_object().unwrap().clone());
+    let pool = CPool::open(&c).unwrap();
+    std::thread::scope(|s| {
+        let others: Vec<_> = ["Tell me about copper.", "Count from one to twenty."]
+            .iter()
+            .map(|q| {
+                let pool = &pool;
+                s.spawn(move || {
+                    pool.infer(&request(&[json!({"role": "user", "content": q})], json!({"max_tokens": 40})))
+                })
+            })
+            .collect();
+        let got = pool.infer(req);
+        others.into_iter().for_each(|h| assert!(h.join().unwrap()["error"].is_null()));
+        got
+    })
 }
 
 /// The default mode: the same reply on 1 and 2 threads (a lone token past 512 cells is not

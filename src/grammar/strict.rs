@@ -30,10 +30,15 @@
 //! These rewrites act on the grammar text of the tool-call section only, by rule names that
 //! llama.cpp's builders generate (`tool-<fn>-arg-<prop>`, `tool-<fn>`, `gemma4-dict`), and on
 //! the schemas inside the parser arena the section grammar is built from ([`strict_section`]).
+//!
+//! Why one file of ~1,360 lines: every rewrite above reads and writes the same rule table of one
+//! section grammar, by the same generated rule names, and they run as one ordered pass
+//! ([`strict_section`], [`constrain_section`], [`strict_grammar`]); split, each part would have to
+//! know the others' rule names. A quarter of it is its tests.
 
 use crate::error::{bail, Result};
-use crate::request::wire::Tool;
 use crate::grammar::gbnf::{exclusion_group as find_exclusion_group, group_end, literal as gbnf_literal, skip_quoted};
+use crate::request::wire::Tool;
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -302,7 +307,10 @@ fn rewrite_numbers(schema: &mut Value, table: &mut Vec<(String, String)>) -> std
 }
 
 /// [`rewrite_numbers`] on every schema nested in `obj` (properties, items, alternatives, ...).
-fn rewrite_subschemas(obj: &mut serde_json::Map<String, Value>, table: &mut Vec<(String, String)>) -> std::result::Result<(), String> {
+fn rewrite_subschemas(
+    obj: &mut serde_json::Map<String, Value>,
+    table: &mut Vec<(String, String)>,
+) -> std::result::Result<(), String> {
     for (k, v) in obj.iter_mut() {
         match k.as_str() {
             "properties" | "$defs" | "definitions" | "patternProperties" => {
@@ -545,9 +553,7 @@ fn optional_group(s: &str) -> Option<(Vec<&str>, usize)> {
     let close = s[inner_start..].find("))")? + inner_start;
     let names: Vec<&str> = s[inner_start..close].split(" | ").map(str::trim).collect();
     let is_arg = |n: &&str| {
-        n.starts_with("tool-")
-            && n.contains("-arg-")
-            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        n.starts_with("tool-") && n.contains("-arg-") && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
     };
     if names.is_empty() || !names.iter().all(is_arg) {
         return None;
@@ -1135,7 +1141,8 @@ mod tests {
             r#""{" space "\"name\"" space ":" space ("\"" "f" "\"") space "," space ("\"id\"" space ":" space "\"" [a-zA-Z0-9]{9} "\"") space "}""#
         );
         assert_eq!(mistral_call_ids(r#""\"name\"" space"#), r#""\"name\"" space"#);
-        let cohere = r#""{" space ("\"tool_call_id\"" space ":" space ("\"" x "\"" | json-number))? space "," space "}""#;
+        let cohere =
+            r#""{" space ("\"tool_call_id\"" space ":" space ("\"" x "\"" | json-number))? space "," space "}""#;
         assert_eq!(
             mistral_call_ids(cohere),
             r#""{" space ("\"tool_call_id\"" space ":" space "\"" [a-zA-Z0-9]{9} "\"") space "," space "}""#
@@ -1304,8 +1311,16 @@ mod tests {
             // A mixed enum: "1" and "null" are strings the parser would return, not 1 and null.
             (serde_json::json!({"enum": ["a", 1, null]}), &["a"], &["1", "null", "b"]),
             (serde_json::json!({"type": ["string", "null"], "enum": ["a", null]}), &["a"], &["null"]),
-            (serde_json::json!({"anyOf": [{"type": "integer"}, {"type": "string", "enum": ["x", "y"]}]}), &["x", "y"], &["5"]),
-            (serde_json::json!({"oneOf": [{"const": "on"}, {"type": "string", "format": "date"}]}), &["on", "2024-02-29"], &["off"]),
+            (
+                serde_json::json!({"anyOf": [{"type": "integer"}, {"type": "string", "enum": ["x", "y"]}]}),
+                &["x", "y"],
+                &["5"],
+            ),
+            (
+                serde_json::json!({"oneOf": [{"const": "on"}, {"type": "string", "format": "date"}]}),
+                &["on", "2024-02-29"],
+                &["off"],
+            ),
             (serde_json::json!({"type": ["string", "integer"], "maxLength": 3}), &["abc", "12"], &["abcd"]),
             (serde_json::json!({"type": "string", "enum": ["en", "fr"]}), &["en", "fr"], &["de"]),
             // The parser drops one blank at each end: a member with a blank end gets one more.
@@ -1335,7 +1350,8 @@ mod tests {
     /// `free:[true]` for `{"type": "object"}`); untyped values stay any value.
     #[test]
     fn gemma4_objects_without_properties_are_dicts() {
-        let mut g = Gemma4 { rules: Vec::new(), prefix: "p".into(), root: serde_json::Value::Null, refs: HashMap::new() };
+        let mut g =
+            Gemma4 { rules: Vec::new(), prefix: "p".into(), root: serde_json::Value::Null, refs: HashMap::new() };
         assert_eq!(g.value(&serde_json::json!({"type": "object"}), "a"), "gemma4-dict");
         assert_eq!(g.value(&serde_json::json!({"type": "object", "additionalProperties": true}), "a"), "gemma4-dict");
         assert_eq!(g.value(&serde_json::json!({"type": "object", "additionalProperties": false}), "a"), r#"("{" "}")"#);

@@ -5,7 +5,9 @@
 //! restored sequence whose first decode fails, or gives non-finite logits, is emptied and read
 //! cold ([`Worker::restart_cold`]), and its state deleted from both tiers.
 
-use super::{kv_state, lock, Admission, Entry, Msg, Origin, State, Worker};
+use super::kv_state;
+use super::shared::{lock, Admission, Msg, Origin, State};
+use super::worker::{Entry, Worker};
 use crate::cost::Transfer;
 use crate::prompt_cache::{self, Hit, Tier};
 use crate::sys;
@@ -18,8 +20,9 @@ impl Worker {
     /// other sequence holds them), and what the stash saves counts only the tokens no kept
     /// state holds either. `wait`: for the disk writer (the process is ending; the
     /// state is kept whatever it costs, for the next process).
-    pub(super) fn stash(&self, seq: usize, tokens: Vec<Token>, wait: bool, st_slots: &super::SlotTable) {
-        let stays = (0..self.shared.config.n_slots).map(|s| common_prefix(st_slots.held(s), &tokens)).max().unwrap_or(0);
+    pub(super) fn stash(&self, seq: usize, tokens: Vec<Token>, wait: bool, st_slots: &super::slots::SlotTable) {
+        let stays =
+            (0..self.shared.config.n_slots).map(|s| common_prefix(st_slots.held(s), &tokens)).max().unwrap_or(0);
         if tokens.len() - stays < prompt_cache::MIN_TOKENS && !wait {
             return; // what leaves is not worth a state: the next request shares the rest
         }
@@ -94,7 +97,13 @@ impl Worker {
         st.jobs[ji].probation = Some(Origin { tokens: hit.tokens.clone(), file: hit.file.clone() });
         self.shared.cache.restored(hit.n);
         if crate::debug::enabled() {
-            eprintln!("[llb] prompt cache: restored {} of {} tokens ({:?}) in {:?}", hit.n, prompt.len(), hit.tier, t.elapsed());
+            eprintln!(
+                "[llb] prompt cache: restored {} of {} tokens ({:?}) in {:?}",
+                hit.n,
+                prompt.len(),
+                hit.tier,
+                t.elapsed()
+            );
         }
         Admission { cached: hit.n, restored: hit.n, restore_time: t.elapsed(), warnings: out.warnings }
     }
@@ -135,14 +144,19 @@ impl Worker {
             }
         }
         // SAFETY: live memory and sequence.
-        let (lo, hi) = unsafe { (sys::llama_memory_seq_pos_min(self.mem, seq as i32), sys::llama_memory_seq_pos_max(self.mem, seq as i32)) };
+        let (lo, hi) = unsafe {
+            (sys::llama_memory_seq_pos_min(self.mem, seq as i32), sys::llama_memory_seq_pos_max(self.mem, seq as i32))
+        };
         if lo != 0 || hi != hit.tokens.len() as i32 - 1 {
             self.shared.cache.reject(&hit.tokens, hit.file.as_deref());
             return Err(refused(hit, &format!("its positions run {lo}..{hi} for {} tokens", hit.tokens.len())));
         }
         // SAFETY: live memory; a refused cut leaves the sequence as it was.
         if !unsafe { sys::llama_memory_seq_rm(self.mem, seq as i32, hit.n as i32, -1) } {
-            return Err(format!("prompt cache: a restored state could not be cut at {} tokens: the prompt is read", hit.n));
+            return Err(format!(
+                "prompt cache: a restored state could not be cut at {} tokens: the prompt is read",
+                hit.n
+            ));
         }
         Ok(())
     }
@@ -152,8 +166,11 @@ impl Worker {
     /// what their sequences hold. False when no request in it was restored (the failure is
     /// not the cache's).
     pub(super) fn retry_cold(&self, st: &mut State, entries: &[Entry], why: &str) -> bool {
-        let suspects: Vec<u64> =
-            entries.iter().map(|e| e.job).filter(|id| st.jobs.iter().any(|j| j.id == *id && j.probation.is_some())).collect();
+        let suspects: Vec<u64> = entries
+            .iter()
+            .map(|e| e.job)
+            .filter(|id| st.jobs.iter().any(|j| j.id == *id && j.probation.is_some()))
+            .collect();
         if suspects.is_empty() {
             return false;
         }
@@ -190,5 +207,8 @@ fn refused(hit: &Hit, why: &str) -> String {
         Some(f) => format!(" (file {f})"),
         None => String::new(),
     };
-    format!("prompt cache: a cached state of {} tokens{from} was refused: {why}; it is deleted and the prompt is read", hit.tokens.len())
+    format!(
+        "prompt cache: a cached state of {} tokens{from} was refused: {why}; it is deleted and the prompt is read",
+        hit.tokens.len()
+    )
 }

@@ -246,7 +246,9 @@ mod tests {
 
     #[test]
     fn nan_or_infinity_in_k_or_v_is_refused() {
-        assert!(check(&state(&[0, 1, 2, 3], |i| if i == 40 { 0x7e00 } else { ONE }, 0), 4).unwrap_err().contains("NaN"));
+        assert!(check(&state(&[0, 1, 2, 3], |i| if i == 40 { 0x7e00 } else { ONE }, 0), 4)
+            .unwrap_err()
+            .contains("NaN"));
         assert!(check(&state(&[0, 1, 2, 3], |i| if i == 3 { 0xfc00 } else { ONE }, 0), 4).unwrap_err().contains("NaN"));
         // The largest finite half and negative numbers are fine.
         assert_eq!(check(&state(&[0, 1, 2, 3], |i| if i % 2 == 0 { 0x7bff } else { 0xbc00 }, 0), 4), Ok(()));

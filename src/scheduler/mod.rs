@@ -17,6 +17,7 @@
 mod caching;
 mod job;
 mod kv_state;
+mod shared;
 mod slots;
 mod worker;
 
@@ -28,174 +29,13 @@ use crate::sys;
 use crate::threads::ComputePool;
 use crate::tokens::Token;
 use job::JobState;
+use shared::{lock, Context, Job, Mailbox, Shared, State};
+pub use shared::{Admission, Msg, SchedConfig};
 use slots::SlotTable;
-use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use worker::{Entry, Worker};
-
-/// How the scheduler is sized (derived from the engine or pool config).
-#[derive(Debug, Clone)]
-pub struct SchedConfig {
-    /// KV cells of the whole context (shared by all sequences).
-    pub n_ctx: u32,
-    pub n_batch: u32,
-    pub n_ubatch: u32,
-    /// Sequences of the context: running requests plus idle conversations kept for reuse.
-    pub n_slots: usize,
-    /// Requests decoding at once; more wait in the queue.
-    pub n_parallel: usize,
-    /// Requests waiting for a turn; one more is `queue_full`.
-    pub max_queue: usize,
-    /// Compute threads a decode asks the process budget for.
-    pub n_threads: usize,
-    /// Adapt the decode threads to the cores the machine gives (src/threads.rs).
-    pub adaptive_threads: bool,
-    /// Polling level of the context's idle compute threads, 0-100.
-    pub thread_poll: u32,
-    /// Flash attention, KV cache types, KV offload.
-    pub backend: crate::backend::ContextParams,
-    /// Where conversations that leave the context are kept (src/prompt_cache/).
-    pub prompt_cache: prompt_cache::Settings,
-    /// Replay mode for every request: the context computes every step with reference kernels.
-    pub deterministic: bool,
-    /// Every step computes on CPU backends (no GPU or RPC device in the process), where
-    /// reference kernels make a cell's bits independent of the batch it was computed in: a
-    /// cached prefix then equals a cold read (docs/design.md, "Determinism").
-    pub exact_reuse: bool,
-}
-
-/// How a request got its sequence.
-#[derive(Debug, Default)]
-pub struct Admission {
-    /// Prompt tokens the sequence already held (those restored included).
-    pub cached: usize,
-    /// Of those, the ones restored from the prompt cache, and how long that took.
-    pub restored: usize,
-    pub restore_time: Duration,
-    /// Prompt-cache files found bad on the way (ignored and deleted).
-    pub warnings: Vec<String>,
-}
-
-/// What a request's caller receives.
-pub enum Msg {
-    /// The request got a sequence.
-    Admitted(Admission),
-    /// Prompt evaluation progressed.
-    Progress {
-        done: usize,
-        total: usize,
-    },
-    /// The logits rows of the request's last tokens (a copy: n_vocab floats each; one row, or
-    /// one per drafted token and one more: [`Ticket::submit_draft`]), and how long the
-    /// `llama_decode` that made them took.
-    Logits(Vec<f32>, Duration),
-    Failed(Error),
-}
-
-#[derive(Default)]
-struct Mailbox {
-    queue: Mutex<VecDeque<Msg>>,
-    ready: Condvar,
-}
-
-impl Mailbox {
-    fn post(&self, m: Msg) {
-        lock(&self.queue).push_back(m);
-        self.ready.notify_one();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A request as the scheduler sees it.
-struct Job {
-    /// Grows with every request: a larger id is a younger request.
-    id: u64,
-    /// Every token this request wants in its sequence: the prompt, then each submitted token.
-    tokens: Vec<Token>,
-    prompt_len: usize,
-    state: JobState,
-    mailbox: Arc<Mailbox>,
-    /// The logits row the request gave back with its last step, filled again for the next one
-    /// (no allocation per token: a row is n_vocab floats).
-    spare: Vec<f32>,
-    /// Logits rows wanted at the end of `tokens` once they are decoded: 1, or a draft's length
-    /// and 1 (speculative decoding verifies every drafted token).
-    rows: usize,
-    /// Its sequence keeps at most this many tokens: drafted tokens taken back leave it before
-    /// the next decode (usize::MAX: nothing taken back).
-    keep: usize,
-    /// Its sequence was restored from the prompt cache and has not been decoded into since: a
-    /// decode that fails or gives non-finite logits then reads the prompt cold instead, once.
-    probation: Option<Origin>,
-    /// Replay mode: its steps run on reference kernels and it reuses no cells computed otherwise.
-    exact: bool,
-}
-
-/// Where a restored state came from (src/scheduler/caching.rs), to delete it if it proves bad.
-#[derive(Debug, Clone)]
-struct Origin {
-    tokens: Vec<Token>,
-    file: Option<String>,
-}
-
-impl Job {
-    /// Tokens it wants in sequence `seq` that are not decoded yet.
-    fn pending(&self, slots: &SlotTable, seq: usize) -> usize {
-        self.tokens.len().saturating_sub(slots.held(seq).len())
-    }
-}
-
-struct State {
-    jobs: Vec<Job>,
-    slots: SlotTable,
-    next_id: u64,
-    shutdown: bool,
-    /// Why the context is unusable (a lost RPC server), for stats.
-    lost: Option<String>,
-    /// Places taken by [`Scheduler::reserve`] whose request is still making its prompt.
-    reserved: usize,
-}
-
-impl State {
-    /// Requests admitted (running) and waiting (queued, or reserved and making their prompt).
-    fn counts(&self) -> (usize, usize) {
-        let running = self.jobs.iter().filter(|j| j.state.is_admitted()).count();
-        let queued = self.jobs.iter().filter(|j| j.state.is_queued()).count();
-        (running, queued + self.reserved)
-    }
-
-    /// What the requests in the scheduler hold on the host: their token lists (prompt and
-    /// reply). Logits rows in flight (n_vocab floats each) are bounded by `n_parallel`.
-    fn request_bytes(&self) -> usize {
-        self.jobs.iter().filter(|j| !j.state.has_left()).map(|j| j.tokens.capacity() * size_of::<Token>()).sum()
-    }
-}
-
-struct Shared {
-    state: Mutex<State>,
-    wake: Condvar,
-    config: SchedConfig,
-    /// Tokens submitted so far (any request): the scheduler watches it while it briefly spins
-    /// for a request that is sampling ([`SUBMIT_SPIN`]).
-    submits: std::sync::atomic::AtomicU64,
-    cache: PromptCache,
-    /// What this context's device charges for the work llb can trade (src/cost.rs).
-    costs: Arc<Costs>,
-}
-
-/// How long the scheduler spins, before it sleeps, for the token of a request that got its
-/// logits: sampling takes tens of µs, and waking a sleeping thread costs as much again on every
-/// token (issue 31: every host-side µs per token shows on a GPU).
-const SUBMIT_SPIN: Duration = Duration::from_micros(60);
-
-/// The query rows of ggml's CPU flash-attention tile (`GGML_FA_TILE_Q` in the pinned
-/// ggml-cpu/common.h): a batch of at least this many rows takes the tiled kernel.
-const TILE_ROWS: usize = 64;
+use worker::Worker;
 
 pub struct Scheduler {
     shared: Arc<Shared>,
@@ -212,10 +52,6 @@ unsafe impl Send for ContextRef {}
 // SAFETY: as above.
 unsafe impl Sync for ContextRef {}
 
-struct Context(*mut sys::llama_context);
-// SAFETY: the context is used by the scheduler thread only.
-unsafe impl Send for Context {}
-
 impl Scheduler {
     /// Creates the context (unified KV cache, `n_slots` sequences) and starts the thread.
     ///
@@ -228,31 +64,8 @@ impl Scheduler {
             config.prompt_cache.ram_bytes = 0;
             config.prompt_cache.dir = None;
         }
-        // SAFETY: default params adjusted; a NULL context is handled.
-        let ctx = unsafe {
-            let mut cp = sys::llama_context_default_params();
-            cp.n_ctx = config.n_ctx;
-            cp.n_batch = config.n_batch;
-            cp.n_ubatch = config.n_ubatch;
-            cp.n_seq_max = config.n_slots as u32;
-            cp.kv_unified = true;
-            cp.n_threads = config.n_threads as i32;
-            cp.n_threads_batch = config.n_threads as i32;
-            cp.no_perf = true;
-            config.backend.apply(&mut cp);
-            crate::backend::init_context(model.raw(), cp)?
-        };
-        let cache = open_cache(model, &config);
-        if ctx.is_null() {
-            return Err(Error::new(
-                ErrorCode::ContextCreateFailed,
-                format!(
-                    "llama.cpp could not create a context with n_ctx={}, n_batch={}, {} sequences",
-                    config.n_ctx, config.n_batch, config.n_slots
-                ),
-            ));
-        }
-        let cache = match cache {
+        let ctx = new_context(model, &config)?;
+        let cache = match open_cache(model, &config) {
             Ok(c) => c,
             Err(e) => {
                 // SAFETY: created above, used by nothing else.
@@ -359,6 +172,35 @@ impl Drop for Scheduler {
         // What the worker stashed as it ended is on disk before the handle is gone.
         self.shared.cache.flush();
     }
+}
+
+/// The scheduler's context: a unified KV cache of `n_ctx` cells for `n_slots` sequences, made
+/// through the guarded path (an RPC server lost meanwhile is an error, not an abort).
+fn new_context(model: &Model, config: &SchedConfig) -> Result<*mut sys::llama_context> {
+    // SAFETY: default params adjusted; a live model.
+    let ctx = unsafe {
+        let mut cp = sys::llama_context_default_params();
+        cp.n_ctx = config.n_ctx;
+        cp.n_batch = config.n_batch;
+        cp.n_ubatch = config.n_ubatch;
+        cp.n_seq_max = config.n_slots as u32;
+        cp.kv_unified = true;
+        cp.n_threads = config.n_threads as i32;
+        cp.n_threads_batch = config.n_threads as i32;
+        cp.no_perf = true;
+        config.backend.apply(&mut cp);
+        crate::backend::init_context(model.raw(), cp)?
+    };
+    if ctx.is_null() {
+        return Err(Error::new(
+            ErrorCode::ContextCreateFailed,
+            format!(
+                "llama.cpp could not create a context with n_ctx={}, n_batch={}, {} sequences",
+                config.n_ctx, config.n_batch, config.n_slots
+            ),
+        ));
+    }
+    Ok(ctx)
 }
 
 /// The prompt cache of `config`, its disk files keyed by the model's file and this context's

@@ -87,7 +87,12 @@ pub(super) struct SlotTable {
 impl SlotTable {
     /// `n` empty, idle sequences.
     pub fn new(n: usize) -> SlotTable {
-        SlotTable { slots: (0..n).map(|_| Slot::default()).collect(), clock: 0, keep_from: usize::MAX, leaving: Vec::new() }
+        SlotTable {
+            slots: (0..n).map(|_| Slot::default()).collect(),
+            clock: 0,
+            keep_from: usize::MAX,
+            leaving: Vec::new(),
+        }
     }
 
     /// Records, from now on, every sequence that is about to lose at least `min` tokens.
@@ -140,7 +145,7 @@ impl SlotTable {
     /// recently (evicted), else the prefix's own when idle.
     pub fn place(&mut self, prompt: &[Token], running: &[(usize, &[Token])]) -> Option<Placement> {
         let limit = prompt.len().saturating_sub(1); // at least one token is evaluated, for logits
-        // The best prefix already in the KV cache, and the best one being evaluated now.
+                                                    // The best prefix already in the KV cache, and the best one being evaluated now.
         let (src, have) = self
             .slots
             .iter()

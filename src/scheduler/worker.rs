@@ -4,8 +4,8 @@
 //! out progress and logits rows. The prompt cache's side of it is src/scheduler/caching.rs.
 
 use super::job::JobState;
+use super::shared::{lock, Admission, Context, Job, Msg, Shared, State, SUBMIT_SPIN, TILE_ROWS};
 use super::slots::{KvOp, Prefix, Room, SlotTable};
-use super::{lock, Admission, Context, Job, Msg, Shared, State, SUBMIT_SPIN, TILE_ROWS};
 use crate::error::{Error, ErrorCode};
 use crate::model::Model;
 use crate::sys;
