@@ -28,16 +28,7 @@ use std::sync::Mutex;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn model() -> Option<PathBuf> {
-    match std::env::var_os("LLB_SMOLLM2_TOOLS") {
-        Some(p) => Some(PathBuf::from(p)),
-        None if std::env::var("LLB_REQUIRE_REAL_WEIGHTS").as_deref() == Ok("1") => {
-            panic!("LLB_SMOLLM2_TOOLS is not set (scripts/smollm2.sh prints the path)")
-        }
-        None => {
-            eprintln!("skipped: LLB_SMOLLM2_TOOLS is not set (test-all.sh sets it from scripts/smollm2.sh)");
-            None
-        }
-    }
+    common::real_weights("LLB_SMOLLM2_TOOLS")
 }
 
 /// A system prompt of rules, about 560 tokens: with the turns after it, past 512 cells.

@@ -13,16 +13,7 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 
 fn model(var: &str) -> Option<PathBuf> {
-    match std::env::var_os(var) {
-        Some(p) => Some(PathBuf::from(p)),
-        None if std::env::var("LLB_REQUIRE_REAL_WEIGHTS").as_deref() == Ok("1") => {
-            panic!("{var} is not set (scripts/smollm2.sh and scripts/gemma3.sh print the paths)")
-        }
-        None => {
-            eprintln!("skipped: {var} is not set (test-all.sh sets it from scripts/smollm2.sh, scripts/gemma3.sh)");
-            None
-        }
-    }
+    common::real_weights(var)
 }
 
 fn weather_tools() -> Value {

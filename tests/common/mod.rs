@@ -130,3 +130,19 @@ pub fn malloc_in_use() -> u64 {
     let m = unsafe { libc::mallinfo2() };
     (m.uordblks + m.hblkhd) as u64
 }
+
+/// The real-weights model at env var `var` (LLB_SMOLLM2, LLB_SMOLLM2_TOOLS, LLB_GEMMA3: test-all.sh
+/// sets them from scripts/smollm2.sh and scripts/gemma3.sh). Unset: None, and the test says it
+/// skipped, unless LLB_REQUIRE_REAL_WEIGHTS=1 (CI), where it fails.
+pub fn real_weights(var: &str) -> Option<PathBuf> {
+    match std::env::var_os(var) {
+        Some(p) => Some(PathBuf::from(p)),
+        None if std::env::var("LLB_REQUIRE_REAL_WEIGHTS").as_deref() == Ok("1") => {
+            panic!("{var} is not set (scripts/smollm2.sh and scripts/gemma3.sh print the paths)")
+        }
+        None => {
+            eprintln!("skipped: {var} is not set (test-all.sh sets it from scripts/smollm2.sh, scripts/gemma3.sh)");
+            None
+        }
+    }
+}
