@@ -39,6 +39,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LLB_LLAMA_BUILD_DIR");
     println!("cargo:rerun-if-env-changed=LLB_BLESS_HEADER");
     println!("cargo:rerun-if-env-changed=LLB_NO_BUNDLE_LLAMA");
+    println!("cargo:rerun-if-env-changed=LLB_CPU_VARIANTS");
+    println!("cargo::rustc-check-cfg=cfg(llb_backend_dl)");
     println!("cargo::rustc-check-cfg=cfg(llb_rpc)");
     for var in ["LLB_CUDA", "LLB_CUDA_ARCHS", "LLB_VULKAN", "LLB_RPC", "LLB_METAL", "CUDA_PATH", "VULKAN_SDK"] {
         println!("cargo:rerun-if-env-changed={var}");
@@ -58,6 +60,10 @@ fn main() {
         // machine against a llama.cpp built there (CUDA): no CMake build here at all.
         println!("cargo:rustc-env=LLB_LLAMA_BUILD=");
         link_llama_unbundled();
+    } else if switch("LLB_CPU_VARIANTS") == Some(true) {
+        // scripts/release-jar.sh: ggml as shared libraries with every CPU variant as a module
+        // chosen at run time (docs/release.md).
+        build_llama_dl(&manifest, &src, &out, &pin, &backends);
     } else {
         let build = build_llama(&src, &out, &pin, &backends);
         link_llama(&build, &backends);
@@ -501,6 +507,158 @@ fn link_llama_unbundled() {
     println!("cargo:rustc-link-lib=dylib=stdc++");
 }
 
+/// `LLB_CPU_VARIANTS=1`: llama.cpp's own portable layout (the one its releases ship), through
+/// native/ggml-dl/CMakeLists.txt. ggml is built as shared libraries, `libggml-base` and `libggml`
+/// (the backend registry), with `GGML_BACKEND_DL` and `GGML_CPU_ALL_VARIANTS`: one
+/// `libggml-cpu-<variant>` module per CPU level (x64, sse42, sandybridge, haswell, skylakex, ...,
+/// sapphirerapids on x86-64; armv8.0 to armv9.2 on aarch64), of which ggml's registry loads the
+/// one that scores best on the running CPU (src/cpu_variant.rs). llama.cpp itself is built
+/// against that ggml as static libraries linked into libllb as in the default build, so only C
+/// interfaces cross a library boundary. libllb finds the ggml libraries next to itself
+/// (`RUNPATH $ORIGIN`); scripts/release-jar.sh copies them there.
+///
+/// The CMake directories are keyed by the pin, the options, the target and the compilers (CC, CXX:
+/// zig's for the glibc 2.28 floor), so the native, zig and cross builds never share one.
+// Over 60 lines: the CMake configuration and the link lines, one linear sequence.
+fn build_llama_dl(manifest: &Path, src: &Path, out: &Path, pin: &BTreeMap<String, String>, backends: &Backends) {
+    backends.check_tools();
+    let target = env::var("TARGET").unwrap_or_default();
+    let ninja = which("ninja").is_some();
+    let launcher = which("ccache").is_some();
+    let tool = |name: &str| {
+        let t = target.replace('-', "_");
+        env::var(format!("{name}_{t}")).or_else(|_| env::var(name)).unwrap_or_default()
+    };
+    let mut key_parts: Vec<String> = vec![
+        "cpu-variants-1".into(),
+        src.to_string_lossy().into(),
+        pin["sha256"].clone(),
+        ninja.to_string(),
+        target.clone(),
+        tool("CC"),
+        tool("CXX"),
+    ];
+    key_parts.extend(backends.defines().iter().map(|(k, v)| format!("{k}={v}")));
+    let key = fnv64(&key_parts.iter().map(String::as_str).collect::<Vec<_>>());
+    let dir = match env::var("LLB_LLAMA_BUILD_DIR") {
+        Ok(d) => PathBuf::from(d).join(&key),
+        Err(_) => out.ancestors().nth(4).unwrap_or(out).join("llama.cpp-build").join(&key),
+    };
+    fs::create_dir_all(&dir).unwrap();
+    let cold = !dir.join("build/llama/src/libllama.a").is_file();
+    if cold {
+        progress(&format!(
+            "building llama.cpp {} with ggml shared and every CPU variant, with CMake into {} (first build: 20-40 minutes on 2 cores; cached afterwards)",
+            pin["chat_stack"],
+            dir.display()
+        ));
+    }
+    let started = Instant::now();
+
+    // ggml-base's CPU buffer clear is the KV cache's memset: route it through native/zero_pages.c
+    // as libllb's own are (build_zero_pages; its own hidden memset, zig's linker having no --wrap).
+    // A copy at a fixed path keeps CMake's flags stable.
+    let zero = zero_pages_object(manifest, true);
+    let zero_copy = dir.join("zero_pages.o");
+    if fs::read(&zero).ok() != fs::read(&zero_copy).ok() {
+        fs::copy(&zero, &zero_copy).unwrap();
+    }
+    let wrap = zero_copy.display().to_string();
+
+    println!("cargo:rerun-if-changed=native/ggml-dl/CMakeLists.txt");
+    let mut cfg = cmake::Config::new(manifest.join("native/ggml-dl"));
+    cfg.out_dir(&dir).profile("Release").no_default_flags(true).build_target("all");
+    if ninja {
+        cfg.generator("Ninja");
+    }
+    if launcher {
+        cfg.define("CMAKE_C_COMPILER_LAUNCHER", "ccache").define("CMAKE_CXX_COMPILER_LAUNCHER", "ccache");
+    }
+    if let Ok(jobs) = env::var("NUM_JOBS") {
+        cfg.build_arg(format!("-j{jobs}"));
+    }
+    // LLB_CPU_VARIANT_LIST=x64,sse42,haswell: only these CPU modules (CI's portable check); unset,
+    // every one (the release jar). Not part of the directory key: widening the list builds the
+    // missing modules in the same directory.
+    println!("cargo:rerun-if-env-changed=LLB_CPU_VARIANT_LIST");
+    let variants = env::var("LLB_CPU_VARIANT_LIST").unwrap_or_default();
+    let variants: Vec<&str> = variants.split([',', ' ', ';']).filter(|v| !v.is_empty()).collect();
+    cfg.define("LLB_CPU_VARIANT_LIST", variants.join(";"));
+    cfg.define("LLB_LLAMA_CPP", src)
+        // libggml-base's memset (the KV clear) goes through native/zero_pages.c as libllb's does.
+        .define("CMAKE_SHARED_LINKER_FLAGS", &wrap)
+        .define("GGML_OPENMP", "OFF")
+        .define("GGML_BUILD_TESTS", "OFF")
+        .define("GGML_BUILD_EXAMPLES", "OFF");
+    for (k, v) in [
+        ("LLAMA_BUILD_COMMON", "ON"),
+        ("LLAMA_BUILD_TESTS", "OFF"),
+        ("LLAMA_BUILD_TOOLS", "OFF"),
+        ("LLAMA_BUILD_EXAMPLES", "OFF"),
+        ("LLAMA_BUILD_SERVER", "OFF"),
+        ("LLAMA_BUILD_APP", "OFF"),
+        ("LLAMA_BUILD_UI", "OFF"),
+        ("LLAMA_OPENSSL", "OFF"),
+        ("LLAMA_CURL", "OFF"),
+        ("CMAKE_POSITION_INDEPENDENT_CODE", "ON"),
+    ] {
+        cfg.define(k, v);
+    }
+    for (k, v) in backends.defines() {
+        cfg.define(k, v);
+    }
+    // zig's clang (19) builds for a baseline x86-64 CPU with its 512-bit vectors switched off
+    // explicitly, which `-mavx512f` does not undo: the AVX-512 variants need `-mevex512` (a no-op
+    // for the others).
+    if target.starts_with("x86_64") && tool("CC").contains("zig") {
+        cfg.cflag("-mevex512").cxxflag("-mevex512");
+    }
+    cfg.build();
+    if cold {
+        let secs = started.elapsed().as_secs();
+        println!(
+            "cargo:warning=built ggml's CPU variants and llama.cpp in {}m {:02}s; later builds reuse {}",
+            secs / 60,
+            secs % 60,
+            dir.display()
+        );
+    }
+
+    let build = dir.join("build/llama");
+    let lib = dir.join("build/lib");
+    println!("cargo:rustc-env=LLB_LLAMA_BUILD={}", build.display());
+    // Where in-tree binaries (tests, examples) find the CPU modules; libllb looks next to itself first.
+    println!("cargo:rustc-env=LLB_GGML_BACKEND_DIR={}", lib.display());
+    println!("cargo:rustc-cfg=llb_backend_dl");
+    for s in ["common", "src", "vendor/cpp-httplib"] {
+        println!("cargo:rustc-link-search=native={}", build.join(s).display());
+    }
+    println!("cargo:rustc-link-search=native={}", lib.display());
+    for l in ["llama-common", "llama-common-base", "cpp-httplib", "llama"] {
+        println!("cargo:rustc-link-lib=static={l}");
+    }
+    for l in ["ggml", "ggml-base"] {
+        println!("cargo:rustc-link-lib=dylib={l}");
+    }
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,$ORIGIN");
+    for kind in ["bins", "tests", "examples"] {
+        println!("cargo:rustc-link-arg-{kind}=-Wl,-rpath,{}", lib.display());
+    }
+    // LLB_CUDA=1 here makes libggml-cuda a module beside the CPU ones, loaded by ggml's registry
+    // when the driver is there: libllb itself links no CUDA library.
+    println!("cargo:rustc-link-lib=dylib={}", cxx_stdlib());
+    println!("cargo:rustc-link-lib=dylib=pthread");
+    println!("cargo:rustc-link-lib=dylib=dl");
+    println!("cargo:rustc-link-lib=dylib=m");
+}
+
+/// The C++ standard library to link: `CXXSTDLIB` when set (as the cc crate reads it: `c++` with
+/// zig's toolchain), else libstdc++.
+fn cxx_stdlib() -> String {
+    println!("cargo:rerun-if-env-changed=CXXSTDLIB");
+    env::var("CXXSTDLIB").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "stdc++".into())
+}
+
 /// Whitespace- and comment-free text of `struct NAME { ... };` in a source file.
 fn struct_tokens(text: &str, name: &str) -> Option<String> {
     let start = text.find(&format!("struct {name} {{"))?;
@@ -559,6 +717,16 @@ fn build_shim(manifest: &Path, src: &Path) {
                 .flat_map(|d| ["-isystem".to_string(), src.join(d).display().to_string()]),
         )
         .compile("llb_shim");
+    if switch("LLB_CPU_VARIANTS") == Some(true) && switch("LLB_NO_BUNDLE_LLAMA") != Some(true) {
+        // ggml-cpu's threadpool entry points, reached through the CPU module (native/cpu_dl.c).
+        println!("cargo:rerun-if-changed=native/cpu_dl.c");
+        cc::Build::new()
+            .file(manifest.join("native/cpu_dl.c"))
+            .opt_level(2)
+            .pic(true)
+            .flags(["-isystem".to_string(), src.join("ggml/include").display().to_string()])
+            .compile("llb_cpu_dl");
+    }
     build_zero_pages(manifest);
 }
 
@@ -573,12 +741,23 @@ fn build_zero_pages(manifest: &Path) {
     // The object itself goes on every link line (not in an archive): with --wrap, references to
     // memset from any object, the standard library's included, must find __wrap_memset
     // whatever the archive order, also in test binaries that do not use llb.
-    let objects =
-        cc::Build::new().file(manifest.join("native/zero_pages.c")).opt_level(2).pic(true).compile_intermediates();
-    for o in objects {
-        println!("cargo:rustc-link-arg={}", o.display());
+    // LLB_CPU_VARIANTS=1 builds (zig's linker has no --wrap) define a hidden memset instead.
+    let own = switch("LLB_CPU_VARIANTS") == Some(true) && switch("LLB_NO_BUNDLE_LLAMA") != Some(true);
+    println!("cargo:rustc-link-arg={}", zero_pages_object(manifest, own).display());
+    if !own {
+        println!("cargo:rustc-link-arg=-Wl,--wrap=memset");
     }
-    println!("cargo:rustc-link-arg=-Wl,--wrap=memset");
+}
+
+/// native/zero_pages.c compiled; `own_memset`: with the hidden memset definition that stands in for
+/// `--wrap=memset` (see the end of that file).
+fn zero_pages_object(manifest: &Path, own_memset: bool) -> PathBuf {
+    let mut b = cc::Build::new();
+    b.file(manifest.join("native/zero_pages.c")).opt_level(2).pic(true);
+    if own_memset {
+        b.define("LLB_ZERO_PAGES_OWN_MEMSET", None);
+    }
+    b.compile_intermediates().remove(0)
 }
 
 /// ggml's RPC client (`ggml/src/ggml-rpc`: the backend and its TCP transport, no dependencies),

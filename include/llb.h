@@ -64,8 +64,12 @@ extern "C" {
 /**
  * Returns the library version and the pinned llama.cpp it was built with:
  * `{"type":"version","llb":"x.y.z","abi":1,"llama_cpp":{"commit":...,"chat_stack":...,"source":...},
- * "backends":["CPU",...],"devices":[...]}` (`backends`: the compiled-in ggml backends;
- * `devices`: as `llb_devices`).
+ * "backends":["CPU",...],"devices":[...],"platform":"linux-x86_64","cpu":{...}}` (`backends`:
+ * the ggml backends in this process; `devices`: as `llb_devices`; `platform`: the
+ * `<os>-<arch>` folder the library belongs in; `cpu`: `{"runtime_variants":bool,
+ * "variant":"haswell"|"built-in"|...,"module":path|null}`, the CPU kernels in use: in a
+ * `LLB_CPU_VARIANTS=1` build the module ggml chose for this CPU at start-up, with
+ * `"module_errors"`: backend modules beside libllb that gave no backend, and why).
  *
  * Ownership: the caller owns the returned string; release it with `llb_string_free` exactly once.
  * Never returns NULL.

@@ -88,3 +88,17 @@ void *__wrap_memset(void *s, int c, size_t n) {
     __real_memset((void *)b, 0, end - b);
     return s;
 }
+
+#ifdef LLB_ZERO_PAGES_OWN_MEMSET
+/* Toolchains whose linker has no --wrap (zig's, for the glibc 2.28 release build; build.rs,
+ * LLB_CPU_VARIANTS=1): this object defines memset itself, with hidden visibility, so every memset
+ * call in the library it is linked into binds here at link time, and nothing outside that library
+ * sees it. The real memset is glibc's __memset_chk with no bound (exported since glibc 2.3.4),
+ * called through a volatile pointer so that no compiler folds it back into a call to memset. */
+extern void *__memset_chk(void *s, int c, size_t n, size_t destlen);
+static void *(*volatile llb_memset_chk)(void *, int, size_t, size_t) = __memset_chk;
+
+void *__real_memset(void *s, int c, size_t n) { return llb_memset_chk(s, c, n, (size_t)-1); }
+
+__attribute__((visibility("hidden"))) void *memset(void *s, int c, size_t n) { return __wrap_memset(s, c, n); }
+#endif

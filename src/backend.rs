@@ -26,6 +26,9 @@ pub fn init_backend() {
         shim::set_logging(verbose);
         // SAFETY: called once per process, before any other llama.cpp use by llb.
         unsafe { sys::llama_backend_init() };
+        // LLB_CPU_VARIANTS=1 builds: the best CPU module for this machine (src/cpu_variant.rs).
+        #[cfg(llb_backend_dl)]
+        crate::cpu_variant::load();
         register_builtin();
     });
 }
@@ -281,7 +284,9 @@ pub fn backends() -> Vec<String> {
     init_backend();
     // SAFETY: as in devices(): registry names live for the process.
     unsafe {
-        (0..sys::ggml_backend_reg_count()).map(|i| text(sys::ggml_backend_reg_name(sys::ggml_backend_reg_get(i)))).collect()
+        (0..sys::ggml_backend_reg_count())
+            .map(|i| text(sys::ggml_backend_reg_name(sys::ggml_backend_reg_get(i))))
+            .collect()
     }
 }
 

@@ -15,6 +15,7 @@ pub mod ffi;
 pub mod backend;
 mod call_syntax;
 mod cost;
+mod cpu_variant;
 mod debug;
 #[doc(hidden)]
 pub mod engine;

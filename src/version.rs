@@ -25,6 +25,8 @@ pub const LLAMA_CPP_DIR: &str = env!("LLB_LLAMA_CPP_SRC");
 
 /// `llb_version`: the library's version, the ABI generation, the pin, backends and devices.
 pub fn version() -> Value {
+    let backends = backend::backends();
+    let (cpu, platform) = crate::cpu_variant::report();
     json!({
         "type": "version",
         "llb": env!("CARGO_PKG_VERSION"),
@@ -35,7 +37,12 @@ pub fn version() -> Value {
             "source": format!("{} {} sdist", pin::PACKAGE, pin::VERSION),
         },
         // ggml's compiled-in backends (CPU always; CUDA, Vulkan, Metal, RPC by build switch).
-        "backends": backend::backends(),
+        "backends": backends,
+        // The platform folder (`linux-x86_64`) and the CPU kernels in use: `variant` is the
+        // module ggml chose at run time (`haswell`, `sse42`, ...) in a LLB_CPU_VARIANTS=1 build,
+        // `built-in` otherwise (docs/release.md).
+        "platform": platform,
+        "cpu": cpu,
         "devices": devices_json(),
     })
 }

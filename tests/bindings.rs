@@ -68,6 +68,9 @@ const GGML_BACKEND_FUNCTIONS: &[&str] = &[
     "ggml_backend_dev_description",
     "ggml_backend_dev_type",
     "ggml_backend_rpc_reg",
+    // LLB_CPU_VARIANTS=1 builds (src/cpu_variant.rs): the CPU modules ggml's registry loads.
+    "ggml_backend_load",
+    "ggml_backend_load_all_from_path",
 ];
 
 /// bindgen over the tree build.rs built against (LLB_LLAMA_CPP_SRC), with llb's settings.

@@ -605,6 +605,12 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub fn ggml_backend_dev_get(index: usize) -> ggml_backend_dev_t;
 }
+unsafe extern "C" {
+    pub fn ggml_backend_load(path: *const ::std::os::raw::c_char) -> ggml_backend_reg_t;
+}
+unsafe extern "C" {
+    pub fn ggml_backend_load_all_from_path(dir_path: *const ::std::os::raw::c_char);
+}
 pub type ggml_backend_sched_eval_callback = ::std::option::Option<
     unsafe extern "C" fn(t: *mut ggml_tensor, ask: bool, user_data: *mut ::std::os::raw::c_void) -> bool,
 >;

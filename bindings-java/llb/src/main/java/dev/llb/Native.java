@@ -66,6 +66,7 @@ final class Native {
         if (v.abi() != ABI) {
             throw new UnsatisfiedLinkError("libllb " + v.llb() + " has ABI " + v.abi() + "; this binding needs ABI " + ABI);
         }
+        LibraryLoader.checkCudaBackend(v);
     }
 
     private Native() {}

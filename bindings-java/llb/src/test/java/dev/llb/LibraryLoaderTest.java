@@ -138,6 +138,138 @@ class LibraryLoaderTest {
         return head;
     }
 
+    /** A jar folder META-INF/native/<platform>/ holding the real library (or the given bytes). */
+    private Path jarWith(String platform, byte[] library) throws IOException {
+        Path resource = dir.resolve("jar").resolve(LibraryLoader.bundledResource(platform));
+        Files.createDirectories(resource.getParent());
+        if (library == null) {
+            Files.copy(realLibrary(), resource);
+        } else {
+            Files.write(resource, library);
+        }
+        return resource.getParent();
+    }
+
+    private static String here() {
+        return LibraryLoader.platform(System.getProperty("os.name"), System.getProperty("os.arch"));
+    }
+
+    @Test
+    void aReleaseFolderIsExtractedWholeBesideTheLibrary() throws IOException {
+        Path folder = jarWith(here(), null);
+        // What scripts/release-jar.sh puts there: ggml's libraries and CPU modules, and the index.
+        Files.writeString(folder.resolve("libggml-base.so.0"), "base");
+        Files.writeString(folder.resolve("libggml-cpu-haswell.so"), "haswell");
+        Files.writeString(folder.resolve(LibraryLoader.FILES), "libllb.so\nlibggml-base.so.0\nlibggml-cpu-haswell.so\n");
+        Path cache = dir.resolve("cache");
+        try (URLClassLoader jar = new URLClassLoader(new URL[] {dir.resolve("jar").toUri().toURL()}, null);
+                Arena arena = Arena.ofConfined()) {
+            assertTrue(LibraryLoader.load(null, null, jar, cache, arena).find("llb_version").isPresent());
+        }
+        assertEquals(here(), LibraryLoader.last().platform());
+        assertEquals(null, LibraryLoader.last().note());
+        List<Path> files;
+        try (Stream<Path> walk = Files.walk(cache)) {
+            files = walk.filter(Files::isRegularFile).sorted().toList();
+        }
+        assertEquals(3, files.size(), files.toString());
+        Path copyDir = files.get(0).getParent();
+        assertTrue(files.stream().allMatch(f -> f.getParent().equals(copyDir)), files.toString());
+        assertEquals("haswell", Files.readString(copyDir.resolve("libggml-cpu-haswell.so")));
+        assertEquals(-1, Files.mismatch(copyDir.resolve(LibraryLoader.FILE_NAME), realLibrary()));
+    }
+
+    @Test
+    void aFileTheIndexListsButTheJarLacksIsNamed() throws IOException {
+        Path folder = jarWith(here(), null);
+        Files.writeString(folder.resolve(LibraryLoader.FILES), "libllb.so\nlibggml.so.0\n");
+        try (URLClassLoader jar = new URLClassLoader(new URL[] {dir.resolve("jar").toUri().toURL()}, null)) {
+            UnsatisfiedLinkError e = assertThrows(UnsatisfiedLinkError.class,
+                    () -> LibraryLoader.load(null, null, jar, dir.resolve("cache"), Arena.ofAuto()));
+            assertTrue(e.getMessage().contains(here() + "/libggml.so.0 (bundled, listed in files.list): not in the jar"),
+                    e.getMessage());
+        }
+    }
+
+    @Test
+    void aMissingPlatformFailsWithOneLineNamingThePlatformsTheJarHas() throws IOException {
+        jarWith("linux-riscv64", new byte[] {1});
+        jarWith("windows-x86_64", new byte[] {2});
+        Files.writeString(dir.resolve("jar").resolve(LibraryLoader.PLATFORMS), "windows-x86_64\nlinux-riscv64\n");
+        try (URLClassLoader jar = new URLClassLoader(new URL[] {dir.resolve("jar").toUri().toURL()}, null)) {
+            UnsatisfiedLinkError e = assertThrows(UnsatisfiedLinkError.class,
+                    () -> LibraryLoader.load(null, null, jar, dir.resolve("cache"), Arena.ofAuto()));
+            assertEquals("cannot load libllb.so: the jar has no native library for " + here()
+                    + ", only for linux-riscv64, windows-x86_64 (-Dllb.library.path=/path/to/libllb.so loads one built"
+                    + " for this machine)", e.getMessage());
+        }
+    }
+
+    @Test
+    void theCudaFolderIsPreferredWhenTheDriverLoads() throws IOException {
+        jarWith(here(), null);
+        jarWith(here() + "-cuda", null);
+        try (URLClassLoader jar = new URLClassLoader(new URL[] {dir.resolve("jar").toUri().toURL()}, null);
+                Arena arena = Arena.ofConfined()) {
+            LibraryLoader.load(null, null, jar, dir.resolve("cache"), arena, a -> null);
+        }
+        assertEquals(here() + "-cuda", LibraryLoader.last().platform());
+        assertEquals(null, LibraryLoader.last().note());
+    }
+
+    @Test
+    void withoutTheDriverTheCpuLibraryIsUsedAndTheNoteSaysWhy() throws IOException {
+        jarWith(here(), null);
+        jarWith(here() + "-cuda", null);
+        try (URLClassLoader jar = new URLClassLoader(new URL[] {dir.resolve("jar").toUri().toURL()}, null);
+                Arena arena = Arena.ofConfined()) {
+            LibraryLoader.load(null, null, jar, dir.resolve("cache"), arena, a -> "no NVIDIA driver (test)");
+        }
+        assertEquals(here(), LibraryLoader.last().platform());
+        assertEquals("llb: the CUDA library " + here() + "-cuda is on the class path but not used: no NVIDIA driver"
+                + " (test); using the CPU library " + here(), LibraryLoader.last().note());
+    }
+
+    @Test
+    void aCudaLibraryThatFailsToLoadFallsBackToTheCpuOne() throws IOException {
+        jarWith(here(), null);
+        jarWith(here() + "-cuda", foreignArchitectureCopy());
+        try (URLClassLoader jar = new URLClassLoader(new URL[] {dir.resolve("jar").toUri().toURL()}, null);
+                Arena arena = Arena.ofConfined()) {
+            LibraryLoader.load(null, null, jar, dir.resolve("cache"), arena, a -> null);
+        }
+        assertEquals(here(), LibraryLoader.last().platform());
+        String note = LibraryLoader.last().note();
+        assertTrue(note.contains("is on the class path but not used: it did not load (") && note.contains("failed to load"),
+                note);
+    }
+
+    @Test
+    void aCudaFolderWithoutACudaBackendSaysWhy() {
+        String json = "{\"type\":\"version\",\"llb\":\"0.1.0\",\"abi\":1,\"backends\":[\"CPU\",\"RPC\"],"
+                + "\"cpu\":{\"variant\":\"haswell\",\"module_errors\":[\"libggml-cuda.so: libcudart.so.12: cannot open"
+                + " shared object file\"]}}";
+        VersionInfo v = VersionInfo.parse(json, new LibraryLoader.Loaded("linux-x86_64-cuda", "bundled", null));
+        assertEquals("haswell", v.cpuVariant());
+        assertEquals(List.of("CPU", "RPC"), v.backends());
+        assertEquals("linux-x86_64-cuda", v.platform());
+        assertEquals("llb: the CUDA library linux-x86_64-cuda loaded but ggml has no CUDA backend (libggml-cuda.so:"
+                + " libcudart.so.12: cannot open shared object file); running on the CPU",
+                LibraryLoader.cudaBackendNote("linux-x86_64-cuda", v));
+        assertEquals(null, LibraryLoader.cudaBackendNote("linux-x86_64", v));
+        VersionInfo withCuda = VersionInfo.parse(json.replace("\"RPC\"", "\"CUDA\""),
+                new LibraryLoader.Loaded("linux-x86_64-cuda", "bundled", null));
+        assertEquals(null, LibraryLoader.cudaBackendNote("linux-x86_64-cuda", withCuda));
+    }
+
+    @Test
+    void theDriverProbeNamesLibcuda() {
+        try (Arena arena = Arena.ofConfined()) {
+            String problem = LibraryLoader.CUDA_DRIVER.problem(arena);
+            assertTrue(problem == null || problem.startsWith("no NVIDIA driver (libcuda.so.1 does not load: "), problem);
+        }
+    }
+
     @Test
     void platformNames() {
         assertEquals("linux-x86_64", LibraryLoader.platform("Linux", "amd64"));

@@ -32,6 +32,11 @@ class LlbTest {
         assertTrue(v.llb().matches("\\d+\\.\\d+\\.\\d+.*"), v.llb());
         assertEquals("b9371", v.chatStack());
         assertTrue(v.json().startsWith("{\"type\":\"version\""), v.json());
+        // What the jar carries and chose (docs/release.md): the platform, the CPU kernels, the backends.
+        assertEquals(LibraryLoader.platform(System.getProperty("os.name"), System.getProperty("os.arch")), v.platform());
+        assertTrue(v.cpuVariant() != null && v.cpuVariant().matches("built-in|[a-z0-9_.]+"), v.json());
+        assertTrue(v.backends().contains("CPU"), v.json());
+        assertTrue(v.librarySource() != null, v.toString());
     }
 
     @Test
