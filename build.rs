@@ -360,27 +360,32 @@ fn cuda_root() -> String {
     env::var("CUDA_PATH").unwrap_or_else(|_| "/usr/local/cuda".into())
 }
 
+/// What of llama.cpp's tree is built: the libraries and `common/`, no tools, servers, tests or
+/// network clients (both the default build and the LLB_CPU_VARIANTS=1 one).
+const LLAMA_PARTS: [(&str, &str); 9] = [
+    ("LLAMA_BUILD_COMMON", "ON"),
+    ("LLAMA_BUILD_TESTS", "OFF"),
+    ("LLAMA_BUILD_TOOLS", "OFF"),
+    ("LLAMA_BUILD_EXAMPLES", "OFF"),
+    ("LLAMA_BUILD_SERVER", "OFF"),
+    ("LLAMA_BUILD_APP", "OFF"),
+    ("LLAMA_BUILD_UI", "OFF"),
+    ("LLAMA_OPENSSL", "OFF"),
+    ("LLAMA_CURL", "OFF"),
+];
+
 /// Configures and builds llama.cpp's static libraries with CMake into a directory keyed by the pin
 /// and the options; returns it.
 // Over 60 lines: most of it is the list of CMake defines, one per line, in one place on purpose.
 fn build_llama(src: &Path, out: &Path, pin: &BTreeMap<String, String>, backends: &Backends) -> PathBuf {
     let native = env::var("LLB_PORTABLE").map(|v| v.is_empty() || v == "0").unwrap_or(true);
-    let mut defines: Vec<(&str, &str)> = vec![
-        ("BUILD_SHARED_LIBS", "OFF"),
-        ("CMAKE_POSITION_INDEPENDENT_CODE", "ON"),
-        ("LLAMA_BUILD_COMMON", "ON"),
-        ("LLAMA_BUILD_TESTS", "OFF"),
-        ("LLAMA_BUILD_TOOLS", "OFF"),
-        ("LLAMA_BUILD_EXAMPLES", "OFF"),
-        ("LLAMA_BUILD_SERVER", "OFF"),
-        ("LLAMA_BUILD_APP", "OFF"),
-        ("LLAMA_BUILD_UI", "OFF"),
-        ("LLAMA_OPENSSL", "OFF"),
-        ("LLAMA_CURL", "OFF"),
+    let mut defines: Vec<(&str, &str)> = vec![("BUILD_SHARED_LIBS", "OFF"), ("CMAKE_POSITION_INDEPENDENT_CODE", "ON")];
+    defines.extend(LLAMA_PARTS);
+    defines.extend([
         // ggml's own thread pool: no libgomp for hosts to carry.
         ("GGML_OPENMP", "OFF"),
         ("GGML_NATIVE", if native { "ON" } else { "OFF" }),
-    ];
+    ]);
     let launcher = which("ccache");
     if launcher.is_some() {
         defines.push(("CMAKE_C_COMPILER_LAUNCHER", "ccache"));
@@ -590,18 +595,7 @@ fn build_llama_dl(manifest: &Path, src: &Path, out: &Path, pin: &BTreeMap<String
         .define("GGML_OPENMP", "OFF")
         .define("GGML_BUILD_TESTS", "OFF")
         .define("GGML_BUILD_EXAMPLES", "OFF");
-    for (k, v) in [
-        ("LLAMA_BUILD_COMMON", "ON"),
-        ("LLAMA_BUILD_TESTS", "OFF"),
-        ("LLAMA_BUILD_TOOLS", "OFF"),
-        ("LLAMA_BUILD_EXAMPLES", "OFF"),
-        ("LLAMA_BUILD_SERVER", "OFF"),
-        ("LLAMA_BUILD_APP", "OFF"),
-        ("LLAMA_BUILD_UI", "OFF"),
-        ("LLAMA_OPENSSL", "OFF"),
-        ("LLAMA_CURL", "OFF"),
-        ("CMAKE_POSITION_INDEPENDENT_CODE", "ON"),
-    ] {
+    for (k, v) in LLAMA_PARTS.into_iter().chain([("CMAKE_POSITION_INDEPENDENT_CODE", "ON")]) {
         cfg.define(k, v);
     }
     for (k, v) in backends.defines() {
