@@ -201,30 +201,37 @@ void llb_shim_triggers_free(llb_shim_triggers *t);
  * model, or an unknown one, is LLB_SHIM_INVALID. `ngram_size` is the length of the n-gram looked up
  * (llama-server's --spec-ngram-*-size-n, --spec-ngram-mod-n-match); 0 keeps llama.cpp's default.
  *
- * _begin starts a lane's generation on its prompt (the lane keeps its tokens). _draft appends
- * `tokens` (the reply's tokens since the last call) and proposes at most `n_max` tokens to follow
- * the last one: *n_out of them are written to `out` (capacity n_max; 0 when nothing can be
- * drafted). _accept reports how many tokens of the lane's
- * last non-empty draft the model accepted (ignored when the lane drafted nothing yet).
+ * _begin starts a lane's generation on its prompt (the lane keeps its tokens). A draft takes three
+ * calls: _ask appends `tokens` (the reply's tokens since the lane's last ask) and asks for at most
+ * `n_max` tokens to follow the last one (nothing is asked when the lane has no token yet); _run
+ * drafts for every lane asked since the last run at once (draft-simple: the lanes share each
+ * draft decode, on `n_threads` threads; 0 leaves the context's count); _take writes the lane's
+ * draft to `out` (at most `cap` tokens, *n_out of them; 0 when nothing could be drafted). When
+ * _run fails, every lane it was drafting for starts its next ask afresh. _accept reports how many
+ * tokens of the lane's last non-empty draft the model accepted (ignored when the lane drafted
+ * nothing yet).
  * Free with llb_shim_spec_free (NULL is ignored).
  */
 typedef struct llb_shim_spec llb_shim_spec;
 llb_shim_status llb_shim_spec_new(const char *type, uint32_t n_seq, uint16_t ngram_size, llb_shim_spec **out,
                                   char **err);
 /*
- * draft-simple: drafts with `draft`, a model of the target's vocabulary (llama.cpp's check,
- * common_speculative_are_compatible; another vocabulary is LLB_SHIM_INVALID), in a context of its
- * own (n_ctx cells shared by n_seq lanes, n_batch, n_threads) that the shim keeps in step with each
- * lane's conversation. `ctx_tgt` is the target's context, read for its model only. Drafts hold at
- * most `n_max` tokens. Both models must outlive the drafter.
+ * draft-simple: drafts with the model of `ctx_dft`, a model of the target's vocabulary (llama.cpp's
+ * check, common_speculative_are_compatible; another vocabulary is LLB_SHIM_INVALID), in that
+ * context, made by the caller with one sequence per lane (n_seq) and owned by it: the shim keeps
+ * each lane's sequence there in step with the lane's conversation. `ctx_tgt` is the target's
+ * context, read for its model only, during this call. Drafts hold at most `n_max` tokens. The
+ * context and both models must outlive the drafter.
  */
-llb_shim_status llb_shim_spec_new_draft(const struct llama_context *ctx_tgt, const struct llama_model *draft,
-                                        uint32_t n_ctx, uint32_t n_batch, int32_t n_threads, uint32_t n_seq,
-                                        int32_t n_max, llb_shim_spec **out, char **err);
+llb_shim_status llb_shim_spec_new_draft(const struct llama_context *ctx_tgt, struct llama_context *ctx_dft,
+                                        uint32_t n_seq, int32_t n_max, llb_shim_spec **out, char **err);
 llb_shim_status llb_shim_spec_begin(llb_shim_spec *s, uint32_t lane, const int32_t *prompt, size_t n_prompt,
                                     char **err);
-llb_shim_status llb_shim_spec_draft(llb_shim_spec *s, uint32_t lane, const int32_t *tokens, size_t n_tokens,
-                                    int32_t n_max, int32_t *out, size_t *n_out, char **err);
+llb_shim_status llb_shim_spec_ask(llb_shim_spec *s, uint32_t lane, const int32_t *tokens, size_t n_tokens,
+                                  int32_t n_max, char **err);
+llb_shim_status llb_shim_spec_run(llb_shim_spec *s, int32_t n_threads, char **err);
+llb_shim_status llb_shim_spec_take(llb_shim_spec *s, uint32_t lane, int32_t *out, size_t cap, size_t *n_out,
+                                   char **err);
 llb_shim_status llb_shim_spec_accept(llb_shim_spec *s, uint32_t lane, uint16_t n_accepted, char **err);
 void llb_shim_spec_free(llb_shim_spec *s);
 

@@ -1,16 +1,18 @@
 // Speculative decoding's drafters: llb_shim_spec_* over llama.cpp's common_speculative
 // (common/speculative.h), the n-gram types and draft-simple (a smaller model of the same
 // vocabulary). llb verifies the drafts itself (src/speculate/), on its own scheduler: this file
-// only proposes tokens and keeps the drafters' state per lane. A draft model's context is this
-// file's own: each lane's sequence there follows the lane's conversation (what the model
-// accepted), caught up before each draft.
+// only proposes tokens and keeps the drafters' state per lane. A draft model's context is made
+// and owned by llb's scheduler (src/scheduler/drafting.rs, through the same guarded path and
+// thread budget as every context); this file decodes in it: each lane's sequence there follows the
+// lane's conversation (what the model accepted), caught up before each draft, and the lanes asked
+// at once share llama.cpp's draft decodes (common_speculative_draft drafts every asking sequence
+// in one batch per drafted position).
 
 #include "shim.h"
 
 #include "guard.h"
 
 #include "common.h"
-#include "ggml-cpu.h"
 #include "llama-cpp.h"
 #include "speculative.h"
 
@@ -19,25 +21,23 @@
 
 using namespace llb_shim;
 
-struct threadpool_deleter {
-    void operator()(ggml_threadpool * t) { ggml_threadpool_free(t); }
-};
-
 struct llb_shim_spec {
-    // draft-simple: the draft context's compute threads (kept, not made for every graph), the
-    // context (declared after its threads and before `spec`, which refers to it: freed after
-    // `spec` and before the threads), and per lane the tokens its sequence there holds.
-    std::unique_ptr<ggml_threadpool, threadpool_deleter> threads_dft;
-    llama_context_ptr         ctx_dft;
+    // draft-simple: the draft model's context (not owned: llb's scheduler made it and frees it
+    // after the drafter), and per lane the tokens its sequence there holds.
+    llama_context *           ctx_dft   = nullptr;
     int32_t                   n_max_dft = 0;
     std::vector<llama_tokens> in_dft;
     common_speculative_ptr spec;
-    // Per lane: the conversation's tokens (the prompt, then what each draft call appends; the
-    // drafter reads them through a pointer), its result, and whether it ever drafted
+    // Per lane: the conversation's tokens (the prompt, then what each ask appends; the drafter
+    // reads them through a pointer), its result, and whether it ever drafted
     // (common_speculative_accept needs that).
     std::vector<llama_tokens> history;
     std::vector<llama_tokens> result;
     std::vector<bool>         drafted;
+    // Per lane asked for a draft and not yet run: the most tokens asked (0: not asked), and the
+    // conversation's last token, held apart while asked (common_speculative reads it apart).
+    std::vector<int32_t>      asked;
+    std::vector<llama_token>  last;
 };
 
 namespace {
@@ -94,7 +94,7 @@ void decode_from(llama_context * ctx, uint32_t lane, const llama_tokens & tokens
 // draft-simple: makes the draft context's sequence `lane` hold `tokens`, keeping the prefix it
 // already holds. When the context is full, the other lanes' sequences make room.
 void catch_up(llb_shim_spec & st, uint32_t lane, const llama_tokens & tokens) {
-    llama_context * ctx = st.ctx_dft.get();
+    llama_context * ctx = st.ctx_dft;
     llama_memory_t mem = llama_get_memory(ctx);
     llama_tokens & held = st.in_dft[lane];
     size_t keep = 0;
@@ -135,7 +135,7 @@ void note_drafted(llb_shim_spec & st, uint32_t lane, const llama_tokens & hist, 
         held.push_back(last);
         held.insert(held.end(), result.begin(), result.begin() + decoded);
     }
-    llama_memory_seq_rm(llama_get_memory(st.ctx_dft.get()), (llama_seq_id) lane, (llama_pos) held.size(), -1);
+    llama_memory_seq_rm(llama_get_memory(st.ctx_dft), (llama_seq_id) lane, (llama_pos) held.size(), -1);
 }
 
 void init_lanes(llb_shim_spec & s, uint32_t n_seq) {
@@ -143,6 +143,64 @@ void init_lanes(llb_shim_spec & s, uint32_t n_seq) {
     s.result.resize(n_seq);
     s.drafted.assign(n_seq, false);
     s.in_dft.resize(n_seq);
+    s.asked.assign(n_seq, 0);
+    s.last.assign(n_seq, 0);
+}
+
+// A lane whose ask did not run to the end: its draft is dropped, its conversation whole again,
+// and (draft-simple) its sequence in the draft context, whose content is not known, emptied.
+void drop_ask(llb_shim_spec & st, uint32_t lane) {
+    if (st.asked[lane] == 0) {
+        return;
+    }
+    st.asked[lane] = 0;
+    common_speculative_get_draft_params(st.spec.get(), (llama_seq_id) lane).drafting = false;
+    st.result[lane].clear();
+    if (st.ctx_dft) {
+        llama_memory_seq_rm(llama_get_memory(st.ctx_dft), (llama_seq_id) lane, -1, -1);
+        st.in_dft[lane].clear();
+    }
+    st.history[lane].push_back(st.last[lane]);
+}
+
+// Every asked lane's draft in one common_speculative_draft (draft-simple: one draft decode per
+// drafted position for all of them), then each lane's conversation whole again.
+void run_asks(llb_shim_spec & st) {
+    bool any = false;
+    for (int32_t a : st.asked) {
+        any = any || a > 0;
+    }
+    if (!any) {
+        return;
+    }
+    try {
+        common_speculative_draft(st.spec.get());
+    } catch (...) {
+        for (uint32_t lane = 0; lane < st.asked.size(); lane++) {
+            drop_ask(st, lane);
+        }
+        throw;
+    }
+    for (uint32_t lane = 0; lane < st.asked.size(); lane++) {
+        if (st.asked[lane] == 0) {
+            continue;
+        }
+        // A lane that drafted nothing is still marked drafting: it must not be drafted again
+        // with these params by a later run.
+        common_speculative_get_draft_params(st.spec.get(), (llama_seq_id) lane).drafting = false;
+        llama_tokens & hist = st.history[lane];
+        if (st.ctx_dft) {
+            note_drafted(st, lane, hist, st.last[lane], st.result[lane], st.asked[lane]);
+        }
+        hist.push_back(st.last[lane]);
+        if (st.result[lane].size() > (size_t) st.asked[lane]) {
+            st.result[lane].resize(st.asked[lane]);
+        }
+        if (!st.result[lane].empty()) {
+            st.drafted[lane] = true;
+        }
+        st.asked[lane] = 0;
+    }
 }
 
 } // namespace
@@ -179,40 +237,21 @@ llb_shim_status llb_shim_spec_new(const char * type, uint32_t n_seq, uint16_t ng
     });
 }
 
-llb_shim_status llb_shim_spec_new_draft(const llama_context * ctx_tgt, const llama_model * draft, uint32_t n_ctx,
-                                        uint32_t n_batch, int32_t n_threads, uint32_t n_seq, int32_t n_max,
-                                        llb_shim_spec ** out, char ** err) {
+llb_shim_status llb_shim_spec_new_draft(const llama_context * ctx_tgt, llama_context * ctx_dft, uint32_t n_seq,
+                                        int32_t n_max, llb_shim_spec ** out, char ** err) {
     return guard(err, [&] {
-        if (!ctx_tgt || !draft || !out || n_seq == 0 || n_max <= 0) {
+        if (!ctx_tgt || !ctx_dft || !out || n_seq == 0 || n_max <= 0) {
             throw shim_error(LLB_SHIM_INVALID, "NULL argument, no lane or no draft");
         }
         *out = nullptr;
         auto s = std::make_unique<llb_shim_spec>();
-        llama_context_params cp = llama_context_default_params();
-        cp.n_ctx           = n_ctx;
-        cp.n_batch         = n_batch;
-        cp.n_ubatch        = std::min<uint32_t>(n_batch, 512);
-        cp.n_seq_max       = n_seq;
-        cp.kv_unified      = true;
-        cp.n_threads       = n_threads;
-        cp.n_threads_batch = n_threads;
-        cp.no_perf         = true;
-        s->ctx_dft.reset(llama_init_from_model(const_cast<llama_model *>(draft), cp));
-        if (!s->ctx_dft) {
-            throw shim_error(LLB_SHIM_INTERNAL, "llama.cpp could not create the draft model's context");
-        }
-        ggml_threadpool_params tp = ggml_threadpool_params_default(std::max(1, n_threads));
-        tp.poll = 0; // idle threads sleep at once: the target's decode needs the cores between drafts
-        s->threads_dft.reset(ggml_threadpool_new(&tp));
-        if (s->threads_dft) {
-            llama_attach_threadpool(s->ctx_dft.get(), s->threads_dft.get(), s->threads_dft.get());
-        }
+        s->ctx_dft   = ctx_dft;
         s->n_max_dft = n_max;
         common_params_speculative params;
         params.types              = { COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE };
         params.draft.mparams.path = "(loaded by llb)"; // common_speculative_init wants a draft model named
         params.draft.ctx_tgt      = const_cast<llama_context *>(ctx_tgt);
-        params.draft.ctx_dft      = s->ctx_dft.get();
+        params.draft.ctx_dft      = ctx_dft;
         params.draft.n_max        = n_max;
         // A draft stops where the draft model is unsure (llama.cpp's --draft-p-min, 0.75 as its
         // default was before b9371 made it 0): each drafted token costs a step of the draft model,
@@ -221,7 +260,8 @@ llb_shim_status llb_shim_spec_new_draft(const llama_context * ctx_tgt, const lla
         try {
             s->spec.reset(common_speculative_init(params, n_seq));
         } catch (const std::runtime_error & e) {
-            // llama.cpp's own check: the draft model's vocabulary must be the target's.
+            // llama.cpp's own checks: the draft model's vocabulary must be the target's, its
+            // context must have a sequence per lane.
             throw shim_error(LLB_SHIM_INVALID, std::string("the draft model cannot draft for this model: ") + e.what());
         }
         if (!s->spec) {
@@ -239,24 +279,26 @@ llb_shim_status llb_shim_spec_begin(llb_shim_spec * s, uint32_t lane, const int3
         if (!prompt && n_prompt > 0) {
             throw shim_error(LLB_SHIM_INVALID, "NULL prompt");
         }
+        drop_ask(st, lane);
         st.history[lane].assign(prompt, prompt + n_prompt);
         st.drafted[lane] = false;
         common_speculative_begin(st.spec.get(), (llama_seq_id) lane, st.history[lane]);
     });
 }
 
-llb_shim_status llb_shim_spec_draft(llb_shim_spec * s, uint32_t lane, const int32_t * tokens, size_t n_tokens,
-                                    int32_t n_max, int32_t * out, size_t * n_out, char ** err) {
+llb_shim_status llb_shim_spec_ask(llb_shim_spec * s, uint32_t lane, const int32_t * tokens, size_t n_tokens,
+                                  int32_t n_max, char ** err) {
     return guard(err, [&] {
         llb_shim_spec & st = checked(s, lane);
-        if ((!tokens && n_tokens > 0) || !out || !n_out || n_max <= 0) {
-            throw shim_error(LLB_SHIM_INVALID, "NULL argument or no room for a draft");
+        if ((!tokens && n_tokens > 0) || n_max <= 0) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL tokens or no room for a draft");
         }
-        *n_out = 0;
+        drop_ask(st, lane); // an ask never run (its run failed before reaching it) is replaced
+        st.result[lane].clear();
         llama_tokens & hist = st.history[lane];
         hist.insert(hist.end(), tokens, tokens + n_tokens);
         if (hist.empty()) {
-            return;
+            return; // nothing to follow: no draft
         }
         // common_speculative reads the tokens before the last one, and the last one apart.
         const llama_token last = hist.back();
@@ -269,36 +311,43 @@ llb_shim_status llb_shim_spec_draft(llb_shim_spec * s, uint32_t lane, const int3
                 throw;
             }
         }
-        llama_tokens & result = st.result[lane];
-        result.clear();
+        st.last[lane]  = last;
+        st.asked[lane] = n_max;
         common_speculative_get_draft_params(st.spec.get(), (llama_seq_id) lane) = {
             /* .drafting = */ true,
             /* .n_max    = */ n_max,
             /* .n_past   = */ (llama_pos) hist.size(),
             /* .id_last  = */ last,
             /* .prompt   = */ &hist,
-            /* .result   = */ &result,
+            /* .result   = */ &st.result[lane],
         };
-        try {
-            common_speculative_draft(st.spec.get());
-        } catch (...) {
-            if (st.ctx_dft) { // what the draft context holds is not known: the lane starts over
-                llama_memory_seq_rm(llama_get_memory(st.ctx_dft.get()), (llama_seq_id) lane, -1, -1);
-                st.in_dft[lane].clear();
-            }
-            hist.push_back(last);
-            throw;
+    });
+}
+
+llb_shim_status llb_shim_spec_run(llb_shim_spec * s, int32_t n_threads, char ** err) {
+    return guard(err, [&] {
+        if (!s || !s->spec) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL speculative state");
         }
-        if (st.ctx_dft) {
-            note_drafted(st, lane, hist, last, result, n_max);
+        if (s->ctx_dft && n_threads > 0) {
+            llama_set_n_threads(s->ctx_dft, n_threads, n_threads);
         }
-        hist.push_back(last);
-        const size_t n = std::min(result.size(), (size_t) n_max);
+        run_asks(*s);
+    });
+}
+
+llb_shim_status llb_shim_spec_take(llb_shim_spec * s, uint32_t lane, int32_t * out, size_t cap, size_t * n_out,
+                                   char ** err) {
+    return guard(err, [&] {
+        llb_shim_spec & st = checked(s, lane);
+        if (!out || !n_out) {
+            throw shim_error(LLB_SHIM_INVALID, "NULL argument");
+        }
+        const llama_tokens & result = st.result[lane];
+        const size_t n = std::min(result.size(), cap);
         std::copy(result.begin(), result.begin() + n, out);
         *n_out = n;
-        if (n > 0) {
-            st.drafted[lane] = true;
-        }
+        st.result[lane].clear();
     });
 }
 

@@ -19,12 +19,10 @@ use crate::prompt::Prompter;
 use crate::prompt_cache;
 use crate::request::{
     self, ChatRequest, DraftModel, Drafter, EngineConfig, EngineSettings, HandleKind, ResolvedRequest,
-    SpeculativeSettings,
 };
-use crate::scheduler::{SchedConfig, Scheduler};
+use crate::scheduler::{DraftPlan, Proposer, SchedConfig, Scheduler};
 use crate::session::ReplyBook;
-use crate::shim::{DraftContext, Probe, Templates};
-use crate::speculate::Drafters;
+use crate::shim::{Probe, Templates};
 use crate::sys;
 use crate::tokens::Vocab;
 use serde_json::Value;
@@ -89,8 +87,6 @@ fn prompt_cache_settings(
 /// context) goes before the prompter and the vocabulary, which hold the model.
 struct Chat {
     sched: Scheduler,
-    /// Speculative decoding's drafter (None: the model's memory cannot take drafted tokens back).
-    drafters: Option<Drafters>,
     prompter: Prompter,
     vocab: Arc<Vocab>,
     book: ReplyBook,
@@ -119,7 +115,7 @@ impl Chat {
         let templates = unsafe { Templates::from_model(model.raw()) }?;
         crate::fault::site("create");
         let s = &settings;
-        let sched = Scheduler::start(
+        let mut sched = Scheduler::start(
             &model,
             SchedConfig {
                 n_ctx: s.n_ctx,
@@ -139,11 +135,12 @@ impl Chat {
                 exact_reuse: !model.uses_rpc && crate::backend::devices().iter().all(|d| d.kind == "cpu"),
             },
         )?;
-        let drafters = drafters(&settings, &model, &sched, &load)?;
+        if let Some(plan) = draft_plan(&settings, &model, &load, &ctx_params)? {
+            sched.open_drafters(plan)?;
+        }
         let vocab = Arc::new(Vocab::new(model));
         Ok(Chat {
             sched,
-            drafters,
             prompter: Prompter::new(vocab.clone(), templates, ins.probe),
             vocab,
             book: ReplyBook::new(settings.n_slots * 2),
@@ -168,7 +165,7 @@ impl Chat {
             model_name: &self.model_name,
             max_seq: self.settings.max_seq as usize,
             n_batch: self.settings.n_batch as usize,
-            drafters: self.drafters.as_ref(),
+            drafters: self.sched.drafters(),
             emit,
         };
         run.run(&req)
@@ -176,42 +173,33 @@ impl Chat {
 }
 
 /// The drafter of speculative decoding (docs/design.md, "Speculative decoding"), one lane per
-/// request that runs at once. None for a model whose memory cannot cut a sequence (recurrent
-/// and hybrid models: every rejected draft would rebuild the sequence).
-fn drafters(
+/// request that runs at once; the scheduler makes it. None for a model whose memory cannot cut
+/// a sequence (recurrent and hybrid models: every rejected draft would rebuild the sequence).
+fn draft_plan(
     settings: &EngineSettings,
     model: &Model,
-    sched: &Scheduler,
     load: &LoadParams,
-) -> Result<Option<Drafters>> {
+    ctx_params: &crate::backend::ContextParams,
+) -> Result<Option<DraftPlan>> {
     if !can_cut(model) {
         return Ok(None);
     }
     let s = &settings.speculative;
-    let lanes = settings.n_parallel as usize;
-    let draft = match &s.drafter {
-        Drafter::SelfDrafting(kind) => {
-            return Drafters::new(kind, s.ngram_size, lanes, s.draft_max, s.draft_min)
-                .map(|d| Some(costed(d, s, sched)))
+    let proposer = match &s.drafter {
+        Drafter::SelfDrafting(kind) => Proposer::SelfDrafting { kind: kind.to_string(), ngram_size: s.ngram_size },
+        Drafter::Model(draft) => {
+            let draft = load_draft_model(draft, load)?;
+            draft.check_kv_types(ctx_params)?;
+            Proposer::Model(draft)
         }
-        Drafter::Model(draft) => draft,
     };
-    let draft_model = load_draft_model(draft, load)?;
-    let ctx = DraftContext { n_ctx: settings.n_ctx, n_batch: settings.n_batch, n_threads: settings.n_threads };
-    // SAFETY: the scheduler's live context, read for its model only.
-    let d =
-        unsafe { Drafters::with_model(sched.context_for_drafter(), draft_model, ctx, lanes, s.draft_max, s.draft_min) };
-    d.map(|d| Some(costed(d, s, sched)))
-}
-
-/// The drafter's lengths from the scheduler's cost model, unless the config says
-/// `"adaptive": false`.
-fn costed(d: Drafters, s: &SpeculativeSettings, sched: &Scheduler) -> Drafters {
-    if s.adaptive {
-        d.costed(sched.costs())
-    } else {
-        d
-    }
+    Ok(Some(DraftPlan {
+        proposer,
+        lanes: settings.n_parallel as usize,
+        draft_max: s.draft_max,
+        draft_min: s.draft_min,
+        costed: s.adaptive,
+    }))
 }
 
 /// Whether `model`'s memory can cut a sequence (not recurrent, not hybrid).

@@ -570,36 +570,24 @@ impl SpecDrafter {
         Ok(SpecDrafter { raw: out })
     }
 
-    /// A `draft-simple` drafter for `lanes` lanes: `draft` proposes up to `n_max` tokens, in a
-    /// context of its own (`n_ctx` cells, `n_batch`, `n_threads`). Refused (`invalid_argument`)
-    /// when `draft`'s vocabulary is not the target's (llama.cpp's check).
+    /// A `draft-simple` drafter for `lanes` lanes: the model of `ctx_dft` (a context with a
+    /// sequence per lane) proposes up to `n_max` tokens. Refused (`invalid_argument`) when its
+    /// vocabulary is not the target's (llama.cpp's check).
     ///
     /// # Safety
     /// `ctx_tgt` is the target's live context (read for its model only, during this call);
-    /// `draft` is a live model that must outlive the drafter.
+    /// `ctx_dft` is a live context, used by nothing else, that outlives the drafter.
     pub unsafe fn new_draft(
         ctx_tgt: *const sys::llama_context,
-        draft: *const sys::llama_model,
-        ctx: DraftContext,
+        ctx_dft: *mut sys::llama_context,
         lanes: usize,
         n_max: usize,
     ) -> Result<SpecDrafter> {
         let mut out = ptr::null_mut();
         let mut err = ptr::null_mut();
-        // SAFETY: live context (caller) and model; `out` is a valid out-pointer.
-        let st = unsafe {
-            sys::llb_shim_spec_new_draft(
-                ctx_tgt,
-                draft,
-                ctx.n_ctx,
-                ctx.n_batch,
-                ctx.n_threads as i32,
-                lanes as u32,
-                n_max.min(i32::MAX as usize) as i32,
-                &mut out,
-                &mut err,
-            )
-        };
+        let n_max = n_max.min(i32::MAX as usize) as i32;
+        // SAFETY: live contexts (caller); `out` is a valid out-pointer.
+        let st = unsafe { sys::llb_shim_spec_new_draft(ctx_tgt, ctx_dft, lanes as u32, n_max, &mut out, &mut err) };
         check(st, err, "the draft model")?;
         Ok(SpecDrafter { raw: out })
     }
@@ -612,17 +600,33 @@ impl SpecDrafter {
         check_llb(st, err, "starting a speculative draft")
     }
 
-    /// Appends `tokens` (the reply's tokens since the last call) to `lane`'s conversation and
-    /// drafts at most `n_max` tokens to follow them (empty: no draft).
-    pub fn draft(&mut self, lane: usize, tokens: &[sys::llama_token], n_max: usize) -> Result<Vec<sys::llama_token>> {
+    /// Appends `tokens` (the reply's tokens since `lane`'s last ask) to its conversation and asks
+    /// for at most `n_max` tokens to follow them, drafted by the next [`SpecDrafter::run`].
+    pub fn ask(&mut self, lane: usize, tokens: &[sys::llama_token], n_max: usize) -> Result<()> {
+        let mut err = ptr::null_mut();
+        let n_max = n_max.clamp(1, i32::MAX as usize) as i32;
+        // SAFETY: `raw` is live; `tokens` is valid for its length.
+        let st = unsafe { sys::llb_shim_spec_ask(self.raw, lane as u32, tokens.as_ptr(), tokens.len(), n_max, &mut err) };
+        check_llb(st, err, "asking for a draft")
+    }
+
+    /// Drafts for every lane asked since the last run, at once (a draft model's decodes on
+    /// `n_threads` threads; 0 keeps its context's count).
+    pub fn run(&mut self, n_threads: usize) -> Result<()> {
+        let mut err = ptr::null_mut();
+        // SAFETY: `raw` is live.
+        let st = unsafe { sys::llb_shim_spec_run(self.raw, n_threads.min(i32::MAX as usize) as i32, &mut err) };
+        check_llb(st, err, "drafting tokens")
+    }
+
+    /// `lane`'s draft from the last run (at most `n_max` tokens; empty: no draft).
+    pub fn take(&mut self, lane: usize, n_max: usize) -> Result<Vec<sys::llama_token>> {
         let mut out = vec![0 as sys::llama_token; n_max];
         let mut n = 0usize;
         let mut err = ptr::null_mut();
-        // SAFETY: `raw` is live; `tokens` is valid for its length, `out` for n_max tokens.
-        let st = unsafe {
-            sys::llb_shim_spec_draft(self.raw, lane as u32, tokens.as_ptr(), tokens.len(), n_max as i32, out.as_mut_ptr(), &mut n, &mut err)
-        };
-        check_llb(st, err, "drafting tokens")?;
+        // SAFETY: `raw` is live; `out` is valid for n_max tokens.
+        let st = unsafe { sys::llb_shim_spec_take(self.raw, lane as u32, out.as_mut_ptr(), n_max, &mut n, &mut err) };
+        check_llb(st, err, "reading a draft")?;
         out.truncate(n);
         Ok(out)
     }
@@ -634,14 +638,6 @@ impl SpecDrafter {
         let st = unsafe { sys::llb_shim_spec_accept(self.raw, lane as u32, n.min(u16::MAX as usize) as u16, &mut err) };
         check_llb(st, err, "accepting a draft")
     }
-}
-
-/// The draft model's context: its size, batch and threads.
-#[derive(Debug, Clone, Copy)]
-pub struct DraftContext {
-    pub n_ctx: u32,
-    pub n_batch: u32,
-    pub n_threads: usize,
 }
 
 impl Drop for SpecDrafter {

@@ -270,9 +270,9 @@ fn a_draft_model_drafts_and_the_reply_is_the_one_without_speculation() {
             }
         }
         assert_same_deltas(&e, "draft model");
-        c["n_parallel"] = json!(2);
+        c["n_parallel"] = json!(4);
         let pool = CPool::open(&c).unwrap_or_else(|f| panic!("{f}"));
-        let kinds = ["required", "text"];
+        let kinds = ["required", "text", "required", "text"];
         let solo: Vec<Value> = kinds.iter().map(|k| reply(&e.infer(&request(k, false)))).collect();
         let together: Vec<Value> = std::thread::scope(|s| {
             let handles: Vec<_> = kinds.iter().map(|k| s.spawn(|| pool.infer(&request(k, true)))).collect();
@@ -282,6 +282,12 @@ fn a_draft_model_drafts_and_the_reply_is_the_one_without_speculation() {
             assert_eq!(&reply(got), want, "pool {k}: {got}");
             assert!(drafted(got).0 > 0, "pool {k}: the draft model drafted: {got}");
         }
+        // The drafter is the pool's (its scheduler's): its asks and the runs that drafted them,
+        // lanes that asked at once sharing a run (and its draft decodes).
+        let spec = &pool.stats()["speculative"];
+        let (asks, runs) = (spec["draft_asks"].as_u64().unwrap(), spec["draft_runs"].as_u64().unwrap());
+        assert!(asks > 0 && runs > 0 && runs <= asks, "{spec}");
+        eprintln!("draft {draft:?}: {asks} asks in {runs} runs");
     }
 }
 

@@ -15,6 +15,7 @@
 //! module owns the thread, the context and the batch, and applies them.
 
 mod caching;
+mod drafting;
 mod job;
 mod kv_state;
 mod shared;
@@ -30,6 +31,7 @@ use crate::threads::ComputePool;
 use crate::tokens::Token;
 use job::JobState;
 use shared::{lock, Context, Job, Mailbox, Shared, State};
+pub use drafting::{DraftPlan, Proposer};
 pub use shared::{Admission, Msg, SchedConfig};
 use slots::SlotTable;
 use std::sync::{Arc, Condvar, Mutex};
@@ -40,14 +42,16 @@ use worker::Worker;
 pub struct Scheduler {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-    /// The context, for llama.cpp's draft-model check ([`Scheduler::context_for_drafter`]).
+    /// The context, for llama.cpp's draft-model check (src/scheduler/drafting.rs).
     ctx: ContextRef,
+    /// Speculative decoding's drafter, made by [`Scheduler::open_drafters`].
+    drafters: Option<crate::speculate::Drafters>,
 }
 
-/// The scheduler's context as others may see it: its address, for calls that read what it was
-/// made from (its model), never for decoding.
+/// The scheduler's context as its handle sees it: its address, for the llama.cpp call that reads
+/// what it was made from (its model: the draft model's vocabulary check), never for decoding.
 struct ContextRef(*const sys::llama_context);
-// SAFETY: only handed to llama.cpp calls that read the context's model (see context_for_drafter).
+// SAFETY: only handed to llama.cpp calls that read the context's model (drafting.rs).
 unsafe impl Send for ContextRef {}
 // SAFETY: as above.
 unsafe impl Sync for ContextRef {}
@@ -102,13 +106,7 @@ impl Scheduler {
             .name("llb-scheduler".into())
             .spawn(move || worker.run())
             .map_err(|e| Error::new(ErrorCode::Internal, format!("cannot start the scheduler thread: {e}")))?;
-        Ok(Scheduler { shared, thread: Some(thread), ctx: ContextRef(ctx) })
-    }
-
-    /// The context, for llama.cpp's draft-simple drafter, which reads the target's model from it
-    /// once, when it is made (its vocabulary check). Nothing may decode on it but the scheduler.
-    pub fn context_for_drafter(&self) -> *const sys::llama_context {
-        self.ctx.0
+        Ok(Scheduler { shared, thread: Some(thread), ctx: ContextRef(ctx), drafters: None })
     }
 
     /// Takes one of the `n_parallel + max_queue` places of this scheduler, before the request's
@@ -153,7 +151,23 @@ impl Scheduler {
             "lost": st.lost,
             "prompt_cache": prompt_cache,
             "cost_model": self.shared.costs.stats(),
+            "speculative": self.drafters.as_ref().map(|d| d.stats()),
         })
+    }
+
+    /// Makes this scheduler's drafter (src/scheduler/drafting.rs), which [`Scheduler::drafters`]
+    /// hands to its requests. Refused (`invalid_argument`) for a draft model whose vocabulary is
+    /// not the target's.
+    pub fn open_drafters(&mut self, plan: DraftPlan) -> Result<()> {
+        // SAFETY: this scheduler's live context, read for its model during the call.
+        let d = unsafe { drafting::open(plan, &self.shared.config, self.ctx.0, self.costs())? };
+        self.drafters = Some(d);
+        Ok(())
+    }
+
+    /// The drafter its requests speculate with (None: none was opened).
+    pub fn drafters(&self) -> Option<&crate::speculate::Drafters> {
+        self.drafters.as_ref()
     }
 
     /// The costs this scheduler measures, for the decisions its requests make (drafts).

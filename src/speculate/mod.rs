@@ -12,6 +12,10 @@
 //!   tokens are already in the sequence and the next row is there: no decode. At the first step
 //!   that differs, the rest of the draft is taken back and the step is submitted with a new draft.
 //!
+//! Lanes that ask for a draft at once share it: each posts its ask, and whoever holds the
+//! drafter next drafts for every lane that posted, in one llama.cpp call (a draft model then
+//! decodes all of them in one batch per drafted position; [`Drafters::draft`]).
+//!
 //! How long a draft is comes from the cost model (src/cost.rs): a lane verifies only as many
 //! drafted tokens as its acceptance pays for at the measured cost of their rows in the step. A
 //! lane that stops paying drafts in the shadow: the drafter still proposes, nothing is verified,
@@ -23,17 +27,26 @@
 
 use crate::cost::{Acceptance, Costs};
 use crate::error::Result;
-use crate::model::Model;
-use crate::shim::{DraftContext, SpecDrafter};
+use crate::shim::SpecDrafter;
 use crate::tokens::Token;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// An engine's or pool's drafter: llama.cpp's drafter for `lanes` requests at once (a request
 /// takes a free lane for its generation, or goes without speculation when none is free).
 pub struct Drafters {
     drafter: Mutex<SpecDrafter>,
-    /// draft-simple's model, kept alive after the drafter (declared after it: dropped after it).
-    _model: Option<Arc<Model>>,
+    /// What a draft model's drafter decodes in (its context and model, made by the scheduler),
+    /// kept alive after the drafter (declared after it: dropped after it).
+    _context: Option<Box<dyn Send + Sync>>,
+    /// Threads a draft run takes from the process's budget (0: the n-gram types, which compute
+    /// nothing worth a thread).
+    threads: usize,
+    /// The lanes' asks not yet drafted, and the drafts made for lanes that did not run them.
+    board: Mutex<Board>,
+    /// Asks drafted, and the drafter's runs that drafted them (fewer runs: lanes shared them).
+    asks: AtomicU64,
+    runs: AtomicU64,
     free: Mutex<Vec<usize>>,
     /// Each lane's acceptance, kept from one request to the next (a lane's next request starts
     /// from what its last one showed, not from the prior).
@@ -58,32 +71,33 @@ impl Drafters {
     /// requests at once.
     pub fn new(kind: &str, ngram_size: u16, lanes: usize, draft_max: usize, draft_min: usize) -> Result<Drafters> {
         let lanes = lanes.max(1);
-        Ok(Drafters::of(SpecDrafter::new(kind, lanes, ngram_size)?, None, lanes, draft_max, draft_min))
+        Ok(Drafters::of(SpecDrafter::new(kind, lanes, ngram_size)?, lanes, draft_max, draft_min))
     }
 
-    /// `draft-simple`: `model` drafts, in a context of its own (`ctx`), for `lanes` requests at
-    /// once. Refused (`invalid_argument`) when its vocabulary is not the target's.
-    ///
-    /// # Safety
-    /// `ctx_tgt` is the target's live context (its model is read once, for the check).
-    pub unsafe fn with_model(
-        ctx_tgt: *const crate::sys::llama_context,
-        model: Arc<Model>,
-        ctx: DraftContext,
+    /// `draft-simple`: `drafter` drafts with a model, in `context` (made and owned by the
+    /// scheduler; kept here until the drafter is gone), on `threads` threads of the budget.
+    pub fn with_model(
+        drafter: SpecDrafter,
+        context: Box<dyn Send + Sync>,
+        threads: usize,
         lanes: usize,
         draft_max: usize,
         draft_min: usize,
-    ) -> Result<Drafters> {
-        let lanes = lanes.max(1);
-        // SAFETY: live target context (caller); `model` outlives the drafter (kept with it).
-        let drafter = unsafe { SpecDrafter::new_draft(ctx_tgt, model.raw(), ctx, lanes, draft_max)? };
-        Ok(Drafters::of(drafter, Some(model), lanes, draft_max, draft_min))
+    ) -> Drafters {
+        let mut d = Drafters::of(drafter, lanes.max(1), draft_max, draft_min);
+        d._context = Some(context);
+        d.threads = threads.max(1);
+        d
     }
 
-    fn of(drafter: SpecDrafter, model: Option<Arc<Model>>, lanes: usize, draft_max: usize, draft_min: usize) -> Drafters {
+    fn of(drafter: SpecDrafter, lanes: usize, draft_max: usize, draft_min: usize) -> Drafters {
         Drafters {
             drafter: Mutex::new(drafter),
-            _model: model,
+            _context: None,
+            threads: 0,
+            board: Mutex::new(Board { asks: (0..lanes).map(|_| None).collect(), done: (0..lanes).map(|_| None).collect() }),
+            asks: AtomicU64::new(0),
+            runs: AtomicU64::new(0),
             free: Mutex::new((0..lanes).rev().collect()),
             acceptance: Mutex::new(vec![Acceptance::default(); lanes]),
             lanes,
@@ -91,6 +105,68 @@ impl Drafters {
             draft_min,
             costs: None,
         }
+    }
+
+    /// `lane`'s draft after its new tokens `fresh`, at most `n_max` tokens. The ask is posted
+    /// first; whoever then holds the drafter drafts for every posted ask at once, so a lane
+    /// that waited for the drafter may find its draft made (flat combining).
+    fn draft(&self, lane: usize, fresh: Vec<Token>, n_max: usize) -> Result<Vec<Token>> {
+        self.board().asks[lane] = Some(Ask { fresh, n_max });
+        let mut drafter = self.drafter();
+        if let Some(done) = self.board().done[lane].take() {
+            return done;
+        }
+        let asks: Vec<(usize, Ask)> =
+            self.board().asks.iter_mut().enumerate().filter_map(|(l, a)| Some((l, a.take()?))).collect();
+        let mut mine = Ok(Vec::new());
+        let drafts = self.run(&mut drafter, asks);
+        let mut board = self.board();
+        for (l, draft) in drafts {
+            if l == lane {
+                mine = draft;
+            } else {
+                board.done[l] = Some(draft);
+            }
+        }
+        mine
+    }
+
+    /// Drafts for `asks` in one run of the drafter; each lane's draft or error.
+    fn run(&self, drafter: &mut SpecDrafter, asks: Vec<(usize, Ask)>) -> Vec<(usize, Result<Vec<Token>>)> {
+        let mut out = Vec::with_capacity(asks.len());
+        let mut asked = Vec::with_capacity(asks.len());
+        for (lane, ask) in asks {
+            match drafter.ask(lane, &ask.fresh, ask.n_max) {
+                Ok(()) => asked.push((lane, ask.n_max)),
+                Err(e) => out.push((lane, Err(e))),
+            }
+        }
+        if asked.is_empty() {
+            return out;
+        }
+        self.asks.fetch_add(asked.len() as u64, Ordering::Relaxed);
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        let ran = {
+            let permit = (self.threads > 0).then(|| crate::threads::acquire(self.threads));
+            drafter.run(permit.map_or(0, |p| p.n))
+        };
+        for (lane, n_max) in asked {
+            out.push((lane, ran.clone().and_then(|()| drafter.take(lane, n_max))));
+        }
+        out
+    }
+
+    /// For the scheduler's stats: the drafts asked for and the runs that made them.
+    pub fn stats(&self) -> serde_json::Value {
+        serde_json::json!({
+            "lanes": self.lanes,
+            "draft_asks": self.asks.load(Ordering::Relaxed),
+            "draft_runs": self.runs.load(Ordering::Relaxed),
+        })
+    }
+
+    fn board(&self) -> MutexGuard<'_, Board> {
+        self.board.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn drafter(&self) -> MutexGuard<'_, SpecDrafter> {
@@ -105,6 +181,19 @@ impl Drafters {
     fn free(&self) -> MutexGuard<'_, Vec<usize>> {
         self.free.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The lanes' asks for a draft not yet run, and the drafts a run made for lanes that did not
+/// run it (each taken by its lane).
+struct Board {
+    asks: Vec<Option<Ask>>,
+    done: Vec<Option<Result<Vec<Token>>>>,
+}
+
+/// A lane's ask: its tokens since its last ask, and the most tokens it wants.
+struct Ask {
+    fresh: Vec<Token>,
+    n_max: usize,
 }
 
 /// How many tokens were drafted and, of those, accepted (`timings.draft_n`,
@@ -258,9 +347,7 @@ impl<'a> Speculation<'a> {
             d.drafter().accept(self.lane, self.round_accepted)?;
             (self.round, self.round_accepted) = (0, 0);
         }
-        let draft = d.drafter().draft(self.lane, &self.fresh, n_max)?;
-        self.fresh.clear();
-        Ok(draft)
+        d.draft(self.lane, std::mem::take(&mut self.fresh), n_max)
     }
 
     /// A drafter that failed costs the request its drafts, never its reply: it goes on without.

@@ -55,6 +55,52 @@ fn steps_follow_the_draft_until_one_differs() {
 }
 
 #[test]
+fn lanes_asking_at_once_share_one_run_and_get_their_own_drafts() {
+    let d = Drafters::new("ngram-simple", 12, 3, 16, 0).unwrap();
+    let h = repeating();
+    let other: Vec<Token> = h.iter().map(|t| t + 1000).collect();
+    let mut lanes: Vec<Speculation> = (0..3).map(|_| Speculation::start(&d, &[]).unwrap().unwrap()).collect();
+    let alone = d.draft(lanes[0].lane, h.clone(), 16).unwrap();
+    assert_eq!(alone, (114..130).collect::<Vec<_>>());
+    let (l1, l2) = (lanes[1].lane, lanes[2].lane);
+    // Lanes 1 and 2 posted their asks while another lane held the drafter (what a lane does
+    // before it waits for the lock): lane 0's next draft runs them too.
+    d.board().asks[l1] = Some(Ask { fresh: h.clone(), n_max: 16 });
+    d.board().asks[l2] = Some(Ask { fresh: other.clone(), n_max: 8 });
+    let runs = d.runs.load(Ordering::Relaxed);
+    d.draft(lanes[0].lane, vec![130], 16).unwrap();
+    assert_eq!(d.runs.load(Ordering::Relaxed), runs + 1, "one run for three lanes");
+    assert_eq!(d.stats()["draft_asks"], 4);
+    // Each lane then finds its own draft made, without a run.
+    assert_eq!(d.draft(l1, Vec::new(), 16).unwrap(), (114..130).collect::<Vec<_>>());
+    assert_eq!(d.draft(l2, Vec::new(), 8).unwrap(), (1114..1122).collect::<Vec<_>>());
+    assert_eq!(d.runs.load(Ordering::Relaxed), runs + 1);
+    lanes.clear();
+}
+
+#[test]
+fn lanes_drafting_from_many_threads_get_what_they_would_alone() {
+    let d = Drafters::new("ngram-simple", 12, 4, 16, 0).unwrap();
+    let h = repeating();
+    std::thread::scope(|s| {
+        for k in 0..4 {
+            let (d, h) = (&d, &h);
+            s.spawn(move || {
+                let conv: Vec<Token> = h.iter().map(|t| t + 1000 * k).collect();
+                let mut spec = Speculation::start(d, &[]).unwrap().unwrap();
+                for _ in 0..50 {
+                    let got = d.draft(spec.lane, conv.clone(), 16).unwrap();
+                    assert_eq!(got, (114..130).map(|t| t + 1000 * k).collect::<Vec<_>>(), "lane of thread {k}");
+                    d.drafter().begin(spec.lane, &[]).unwrap();
+                }
+                spec.fresh.clear();
+            });
+        }
+    });
+    assert_eq!(d.stats()["draft_asks"], 200);
+}
+
+#[test]
 fn lanes_are_taken_and_given_back() {
     let d = Drafters::new("ngram-map-k", 12, 2, 16, 0).unwrap();
     let a = Speculation::start(&d, &[1]).unwrap().unwrap();

@@ -233,10 +233,7 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub fn llb_shim_spec_new_draft(
         ctx_tgt: *const llama_context,
-        draft: *const llama_model,
-        n_ctx: u32,
-        n_batch: u32,
-        n_threads: i32,
+        ctx_dft: *mut llama_context,
         n_seq: u32,
         n_max: i32,
         out: *mut *mut llb_shim_spec,
@@ -253,13 +250,28 @@ unsafe extern "C" {
     ) -> llb_shim_status;
 }
 unsafe extern "C" {
-    pub fn llb_shim_spec_draft(
+    pub fn llb_shim_spec_ask(
         s: *mut llb_shim_spec,
         lane: u32,
         tokens: *const i32,
         n_tokens: usize,
         n_max: i32,
+        err: *mut *mut ::std::os::raw::c_char,
+    ) -> llb_shim_status;
+}
+unsafe extern "C" {
+    pub fn llb_shim_spec_run(
+        s: *mut llb_shim_spec,
+        n_threads: i32,
+        err: *mut *mut ::std::os::raw::c_char,
+    ) -> llb_shim_status;
+}
+unsafe extern "C" {
+    pub fn llb_shim_spec_take(
+        s: *mut llb_shim_spec,
+        lane: u32,
         out: *mut i32,
+        cap: usize,
         n_out: *mut usize,
         err: *mut *mut ::std::os::raw::c_char,
     ) -> llb_shim_status;
