@@ -3,7 +3,7 @@
 //! through the same path as the scheduler's own (its parameters, the guarded init that turns a
 //! lost RPC server into an error, compute threads that sleep while idle and a draft that takes its
 //! threads from the process's budget), and llama.cpp's vocabulary check reads this scheduler's
-//! context without its pointer leaving the module.
+//! context without its pointer leaving the scheduler.
 
 use super::shared::SchedConfig;
 use crate::backend;
