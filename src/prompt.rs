@@ -15,7 +15,9 @@ use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// Everything derived from the request and the templates before any token is evaluated.
+/// Everything derived from the request and the templates before any token is evaluated,
+/// decided in one pass ([`Prompter::plan`]): the rendering, the reasoning block, the grammar
+/// (strict or the template's), the call syntax, the splice of a remembered reply.
 pub struct Plan {
     pub prompt: String,
     pub parser: Parser,
@@ -67,10 +69,70 @@ fn reasoning_opened(p: &ChatParams) -> bool {
 struct Rendered {
     prompt: String,
     params: ChatParams,
+    thinking: Thinking,
     grammar: Option<GrammarSpec>,
     prefill: Option<String>,
-    /// llb's strict grammar for the template's call section (not the template's own).
-    strict: bool,
+    /// llb's strict grammar for the template's call section (not the template's own), and
+    /// whether it admits one call only.
+    strict: Option<bool>,
+}
+
+/// What a request is rendered with: the template's tool mode and the tools as the template
+/// sees them (every tool, for a named choice too: a stable KV prefix). Decided once; a splice
+/// renders the history with the same.
+struct Rendering {
+    mode: &'static str,
+    tools: Option<Value>,
+}
+
+impl Rendering {
+    fn of(req: &ResolvedRequest) -> Rendering {
+        let tools = (!req.tools.is_empty()).then(|| serde_json::to_value(&req.tools).unwrap_or(Value::Null));
+        let mode = match (&tools, &req.choice) {
+            (None, _) | (_, Choice::None) => "none",
+            (_, Choice::Auto) => "auto",
+            _ => "required",
+        };
+        Rendering { mode, tools }
+    }
+}
+
+/// What a rendered prompt says about the reply's reasoning, read once from its chat params.
+struct Thinking {
+    /// The template's tags and whether the prompt opened the block (None: no tags).
+    tags: Option<Reasoning>,
+    /// Thinking is on for the request and the template supports it.
+    optional: bool,
+    /// The reply may open with (or is inside) a reasoning block: thinking on, or the prompt
+    /// already holds the start tag.
+    may_reason: bool,
+    /// Thinking is off for the request.
+    off: bool,
+}
+
+impl Thinking {
+    fn read(p: &ChatParams, on: bool) -> Thinking {
+        let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
+        let tagged = !start.is_empty() && !end.is_empty();
+        let optional = on && p.supports_thinking;
+        Thinking {
+            tags: tagged.then(|| Reasoning { start: start.into(), end: end.into(), opened: reasoning_opened(p) }),
+            optional,
+            may_reason: tagged && (optional || p.prompt.contains(start)),
+            off: !on,
+        }
+    }
+
+    /// What a strict reply may write before its calls: only the template's reasoning block,
+    /// when thinking is on (closed at once when the prompt opened one and thinking is off).
+    fn lead(&self) -> Lead<'_> {
+        match &self.tags {
+            Some(t) if t.opened && self.off => Lead::Close { end: &t.end },
+            Some(t) if t.opened => Lead::Finish { end: &t.end },
+            Some(t) if self.optional => Lead::Optional { start: &t.start, end: &t.end },
+            _ => Lead::None,
+        }
+    }
 }
 
 /// A model's chat side: its templates and what they can do, and the grammars of its replies.
@@ -167,24 +229,26 @@ impl Prompter {
         p.preserved_tokens.iter().filter_map(|t| self.vocab.single_token(t)).collect()
     }
 
-    pub fn plan(&self, req: &ResolvedRequest) -> Result<Plan> {
-        let has_tools = !req.tools.is_empty();
-        let tools_json = has_tools.then(|| serde_json::to_value(&req.tools).unwrap_or(Value::Null));
-        let choice = if has_tools { req.choice.clone() } else { Choice::None };
-        let r = match &choice {
-            Choice::Auto | Choice::None => {
-                let mode = if choice == Choice::Auto { "auto" } else { "none" };
-                let p = self.apply(req, &req.messages, tools_json, mode, true)?;
+    /// The request's plan and its prompt's tokens, in one pass: rendered once (with a retry
+    /// of adapted messages), its reasoning block read once, its grammar chosen once, and, when
+    /// the history holds a reply the model generated (`replay`), that reply spliced in.
+    pub fn plan(&self, req: &ResolvedRequest, replay: Option<(usize, ReplyRecord)>) -> Result<(Plan, Vec<Token>)> {
+        let rendering = Rendering::of(req);
+        let r = match &req.choice {
+            Choice::Required | Choice::Named(_) if rendering.tools.is_some() => self.render_required(req, &rendering)?,
+            _ => {
+                let p = self.apply(req, &req.messages, rendering.tools.clone(), rendering.mode, true)?;
                 let (grammar, prefill) = self.grammar_of(&p, &req.tools)?;
-                Rendered { prompt: p.prompt.clone(), params: p, grammar, prefill, strict: false }
+                let thinking = Thinking::read(&p, req.thinking);
+                Rendered { prompt: p.prompt.clone(), params: p, thinking, grammar, prefill, strict: None }
             }
-            Choice::Required | Choice::Named(_) => self.render_required(req, tools_json, &choice)?,
         };
+        let calls = rendering.mode != "none";
         let params = &r.params;
-        let parser = Parser::new(params, req.reasoning_format, choice != Choice::None)?;
+        let parser = Parser::new(params, req.reasoning_format, calls)?;
         let mut stops = params.additional_stops.clone();
         stops.extend(req.stop.iter().cloned());
-        let call_syntax = r.grammar.as_ref().filter(|_| choice != Choice::None).and_then(|g| {
+        let call_syntax = r.grammar.as_ref().filter(|_| calls).and_then(|g| {
             let words: Vec<String> = params
                 .grammar_triggers
                 .iter()
@@ -192,82 +256,62 @@ impl Prompter {
                 .map(|t| t.value.clone())
                 .collect();
             let s = CallSyntax::from_grammar(&g.gbnf, &words)?;
-            Some(if r.strict {
-                s.strict_section(&params.thinking_end_tag, self.may_reason(params, req.thinking))
-            } else {
-                s
+            Some(match r.strict {
+                Some(_) => s.strict_section(&params.thinking_end_tag, r.thinking.may_reason),
+                None => s,
             })
         });
-        let one_call_by_grammar = r.strict && r.grammar.as_ref().is_some_and(|g| strict::admits_one_call(&g.gbnf));
-        Ok(Plan {
+        let plan = Plan {
             prompt: r.prompt,
             parser,
             grammar: r.grammar,
             grammar_prefill: r.prefill,
             stops,
             preserved: self.preserved(params),
-            parse_tool_calls: choice != Choice::None,
-            single_call: choice != Choice::None && !self.parallel(req),
-            strict: r.strict,
-            one_call_by_grammar,
+            parse_tool_calls: calls,
+            single_call: calls && !self.parallel(req),
+            strict: r.strict.is_some(),
+            one_call_by_grammar: r.strict == Some(true),
             call_syntax,
-            reasoning: (!params.thinking_start_tag.is_empty() && !params.thinking_end_tag.is_empty()).then(|| {
-                Reasoning {
-                    start: params.thinking_start_tag.clone(),
-                    end: params.thinking_end_tag.clone(),
-                    opened: reasoning_opened(params),
-                }
-            }),
-            forced_call: matches!(choice, Choice::Required | Choice::Named(_)),
-        })
+            reasoning: r.thinking.tags,
+            forced_call: rendering.mode == "required",
+        };
+        let tokens = match replay.and_then(|(k, last)| self.splice(req, &rendering, &plan, k, &last)) {
+            Some(toks) => toks,
+            None => self.vocab.tokenize_with_bos(&plan.prompt)?,
+        };
+        Ok((plan, tokens))
     }
 
     /// `required` or a named tool: the prompt always lists every tool (a stable KV prefix); a
     /// named choice narrows only the constraint and the parser. The grammar is llb's strict one
     /// where the template's call section is known, else the template's own.
-    fn render_required(&self, req: &ResolvedRequest, tools_json: Option<Value>, choice: &Choice) -> Result<Rendered> {
-        let all = self.apply(req, &req.messages, tools_json, "required", true)?;
-        let typed: Vec<request::Tool> = match choice {
+    fn render_required(&self, req: &ResolvedRequest, rendering: &Rendering) -> Result<Rendered> {
+        let all = self.apply(req, &req.messages, rendering.tools.clone(), rendering.mode, true)?;
+        let typed: Vec<request::Tool> = match &req.choice {
             Choice::Named(name) => req.tools.iter().filter(|t| &t.function.name == name).cloned().collect(),
             _ => req.tools.clone(),
         };
-        let p = if matches!(choice, Choice::Named(_)) {
+        let p = if matches!(req.choice, Choice::Named(_)) {
             let section_tools = serde_json::to_value(&typed).unwrap_or(Value::Null);
-            self.apply(req, &req.messages, Some(section_tools), "required", true)?
+            self.apply(req, &req.messages, Some(section_tools), rendering.mode, true)?
         } else {
             all.clone()
         };
-        let section = strict::strict_section(&p.parser, &typed)?;
-        if section.is_empty() {
+        let thinking = Thinking::read(&p, req.thinking);
+        let Some(strict) = strict::strict_reply(&p.parser, &typed, thinking.lead(), !self.parallel(req))? else {
             let (grammar, prefill) = self.grammar_of(&p, &typed)?;
-            return Ok(Rendered { prompt: all.prompt, params: p, grammar, prefill, strict: false });
-        }
-        let single = !self.parallel(req);
-        let gbnf = strict::strict_grammar(&section, self.strict_lead(&p, req.thinking), single);
-        let grammar = GrammarSpec { gbnf, ..Default::default() };
-        Ok(Rendered { prompt: all.prompt, params: p, grammar: Some(grammar), prefill: None, strict: true })
-    }
-
-    /// What a strict reply may write before its calls: only the template's reasoning block,
-    /// when thinking is on (closed at once when the prompt opened one and thinking is off).
-    fn strict_lead<'p>(&self, p: &'p ChatParams, thinking: bool) -> Lead<'p> {
-        let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
-        let opened = reasoning_opened(p);
-        if opened && !thinking {
-            Lead::Close { end }
-        } else if opened {
-            Lead::Finish { end }
-        } else if thinking && p.supports_thinking && !start.is_empty() && !end.is_empty() {
-            Lead::Optional { start, end }
-        } else {
-            Lead::None
-        }
-    }
-
-    /// Whether a strict reply may open with a reasoning block (see [`Prompter::strict_lead`]).
-    fn may_reason(&self, p: &ChatParams, thinking: bool) -> bool {
-        let (start, end) = (p.thinking_start_tag.as_str(), p.thinking_end_tag.as_str());
-        !start.is_empty() && !end.is_empty() && ((thinking && p.supports_thinking) || p.prompt.contains(start))
+            return Ok(Rendered { prompt: all.prompt, params: p, thinking, grammar, prefill, strict: None });
+        };
+        let grammar = GrammarSpec { gbnf: strict.gbnf, ..Default::default() };
+        Ok(Rendered {
+            prompt: all.prompt,
+            params: p,
+            thinking,
+            grammar: Some(grammar),
+            prefill: None,
+            strict: Some(strict.one_call),
+        })
     }
 
     /// The grammar llama.cpp derived (lazy with triggers, or non-lazy starting with the generation
@@ -313,29 +357,20 @@ impl Prompter {
         Ok((Some(g), None))
     }
 
-    /// The prompt's tokens: when the history holds a reply the model generated (`record`, found
-    /// at message `k`), that turn's exact prompt and reply tokens followed by the tokenized rest
+    /// The prompt's tokens when the history holds a reply the model generated (`last`, found at
+    /// message `k`): that turn's exact prompt and reply tokens followed by the tokenized rest
     /// (from the template's end-of-turn marker on), so the whole previous turn stays reusable in
-    /// the KV cache; otherwise the tokenized prompt.
-    pub fn prompt_tokens(
+    /// the KV cache. None (the prompt is tokenized whole) when the history does not render as
+    /// that turn did.
+    fn splice(
         &self,
         req: &ResolvedRequest,
+        rendering: &Rendering,
         plan: &Plan,
-        replay: Option<(usize, ReplyRecord)>,
-    ) -> Result<Vec<Token>> {
-        if let Some(toks) = replay.and_then(|(k, r)| self.splice(req, plan, k, &r)) {
-            return Ok(toks);
-        }
-        self.vocab.tokenize_with_bos(&plan.prompt)
-    }
-
-    fn splice(&self, req: &ResolvedRequest, plan: &Plan, k: usize, last: &ReplyRecord) -> Option<Vec<Token>> {
-        let tools = (!req.tools.is_empty()).then(|| serde_json::to_value(&req.tools).unwrap_or(Value::Null));
-        let mode = match req.choice {
-            Choice::None => "none",
-            Choice::Auto => "auto",
-            _ => "required",
-        };
+        k: usize,
+        last: &ReplyRecord,
+    ) -> Option<Vec<Token>> {
+        let (tools, mode) = (&rendering.tools, rendering.mode);
         let why = |r: &str| {
             if crate::debug::enabled() {
                 eprintln!("[llb] no splice: {r}");
@@ -346,7 +381,7 @@ impl Prompter {
             why("the history before the reply renders differently than that turn's prompt");
             return None;
         }
-        let Some(through) = self.apply(req, &req.messages[..=k], tools, mode, false).ok() else {
+        let Some(through) = self.apply(req, &req.messages[..=k], tools.clone(), mode, false).ok() else {
             why("the template cannot render the history ending with the reply");
             return None;
         };

@@ -55,8 +55,7 @@ impl<'a> Run<'a> {
         let t_start = Instant::now();
         // A place in the scheduler first: under a burst, a refusal costs no prompt and no token.
         let place = self.sched.reserve()?;
-        let plan = self.prompter.plan(req)?;
-        let prompt = self.prompter.prompt_tokens(req, &plan, self.book.find(&req.messages))?;
+        let (plan, prompt) = self.prompter.plan(req, self.book.find(&req.messages))?;
         let n_prompt = prompt.len();
         if n_prompt >= self.max_seq {
             return Err(Error::new(

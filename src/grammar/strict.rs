@@ -1028,6 +1028,29 @@ pub enum Lead<'a> {
     Optional { start: &'a str, end: &'a str },
 }
 
+/// llb's strict grammar for a reply that must call one of `tools`, decided once per request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StrictGrammar {
+    pub gbnf: String,
+    /// It admits one call only (with `single_call`, where the section is a bare repetition of
+    /// calls): no need to parse the output while generating to catch a second call.
+    pub one_call: bool,
+}
+
+/// The strict grammar of a `required` or named choice, in one call: the template's call section
+/// for `tools` read from its `parser` ([`strict_section`]), preceded only by `lead`, at most one
+/// call with `single_call` ([`strict_grammar`]). None when the section is not known: the
+/// template's own grammar is used.
+pub fn strict_reply(parser: &str, tools: &[Tool], lead: Lead, single_call: bool) -> Result<Option<StrictGrammar>> {
+    let section = strict_section(parser, tools)?;
+    if section.is_empty() {
+        return Ok(None);
+    }
+    let gbnf = strict_grammar(&section, lead, single_call);
+    let one_call = admits_one_call(&gbnf);
+    Ok(Some(StrictGrammar { gbnf, one_call }))
+}
+
 /// The strict grammar for `required` and named choices: the tool-call `section` (see
 /// [`strict_section`]) from the first output token, preceded only by `lead`. With
 /// `single_call`, a section that is a bare repetition of calls admits one call.
@@ -1076,7 +1099,7 @@ pub fn strict_grammar(section: &str, lead: Lead, single_call: bool) -> String {
 
 /// Whether a strict grammar (see [`strict_grammar`]) admits one call only: no need to parse the
 /// output while generating to catch a second call.
-pub fn admits_one_call(gbnf: &str) -> bool {
+fn admits_one_call(gbnf: &str) -> bool {
     gbnf.lines().any(|l| l == ONE_CALL_RULE)
 }
 

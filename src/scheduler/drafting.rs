@@ -98,7 +98,10 @@ impl DraftContext {
         if ctx.is_null() {
             return Err(Error::new(
                 ErrorCode::ContextCreateFailed,
-                format!("llama.cpp could not create the draft model's context (n_ctx={}, {lanes} sequences)", config.n_ctx),
+                format!(
+                    "llama.cpp could not create the draft model's context (n_ctx={}, {lanes} sequences)",
+                    config.n_ctx
+                ),
             ));
         }
         // SAFETY: a live context; the pool is freed after it (Drop).
