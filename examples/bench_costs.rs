@@ -1,8 +1,10 @@
 //! The cost model's CPU figures (issue 41), side by side in one run: what the defaults (prompt
 //! cache and speculation on, decided by src/cost.rs) give against the same with the feature off.
-//!  (1) pools of 8 and 64, three waves of the same 64 requests (T=0.7, `LLB_BENCH_TOKENS`
-//!      tokens each, default 128): tokens/s per wave, default config / `"prompt_cache":
-//!      {"ram_bytes": 0}` (goal: warm waves ≥ 0.97×), and the pool's `cost_model` stats;
+//!  (1) pools of 8 and 64 (`LLB_BENCH_POOLS`, default "8,64"), `LLB_BENCH_WAVES` (default 3)
+//!      waves of the same 64 requests (T=0.7, `LLB_BENCH_TOKENS` tokens each, default 128):
+//!      tokens/s per wave, default config / `"prompt_cache": {"ram_bytes": 0}` (goal: warm
+//!      waves ≥ 0.97×), and the pool's `cost_model` stats; `LLB_BENCH_OFF_FIRST=1` creates the
+//!      `ram_bytes: 0` pool first;
 //!  (2) speculation by default / `"speculative": false` on a random-weight small model's text
 //!      (goal ≥ 0.97×).
 //! Real SmolLM2 for (1) (`LLB_BENCH_MODEL`), a qwen2-vocabulary random-weight fixture for (2)
@@ -59,15 +61,21 @@ fn wave(p: &Pool, reqs: &[String]) -> f64 {
     tokens as f64 / t.elapsed().as_secs_f64()
 }
 
-/// Three waves of the same 64 requests on a pool of 8 and of 64, the default config's pool and
-/// one with `ram_bytes: 0` taking turns wave by wave, the first of each pair alternating (so the
+/// Waves of the same 64 requests on a pool of 8 and of 64, the default config's pool and one
+/// with `ram_bytes: 0` taking turns wave by wave, the first of each pair alternating (so the
 /// machine's noise falls on both).
 fn pools(model: &PathBuf) {
     let reqs = wave_requests(env_num("LLB_BENCH_TOKENS", 128));
-    for n in [8, 64] {
-        let (on_pool, off_pool) = (pool(model, n, json!({})), pool(model, n, json!({"ram_bytes": 0})));
+    let sizes = std::env::var("LLB_BENCH_POOLS").unwrap_or_else(|_| "8,64".into());
+    for n in sizes.split(',').filter_map(|n| n.trim().parse::<usize>().ok()) {
+        let (on_pool, off_pool) = if std::env::var("LLB_BENCH_OFF_FIRST").is_ok_and(|v| v == "1") {
+            let off = pool(model, n, json!({"ram_bytes": 0}));
+            (pool(model, n, json!({})), off)
+        } else {
+            (pool(model, n, json!({})), pool(model, n, json!({"ram_bytes": 0})))
+        };
         let (mut on, mut off) = (Vec::new(), Vec::new());
-        for w in 0..3 {
+        for w in 0..env_num("LLB_BENCH_WAVES", 3).max(2) {
             // Which goes first alternates, so that neither side always runs on a warmer machine.
             if w % 2 == 0 {
                 on.push(wave(&on_pool, &reqs));
@@ -78,7 +86,7 @@ fn pools(model: &PathBuf) {
             }
         }
         let fmt = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" / ");
-        let warm = (on[1] + on[2]) / (off[1] + off[2]);
+        let warm = on[1..].iter().sum::<f64>() / off[1..].iter().sum::<f64>();
         println!("(1) pool of {n}: waves {} tok/s default, {} with ram_bytes 0: warm waves {warm:.3}x (goal >= 0.97)", fmt(&on), fmt(&off));
         let stats = on_pool.stats();
         let pc = &stats["prompt_cache"];

@@ -22,8 +22,7 @@ use crate::request::{
 };
 use crate::scheduler::{DraftPlan, Proposer, SchedConfig, Scheduler};
 use crate::session::ReplyBook;
-use crate::shim::{Probe, Templates};
-use crate::sys;
+use crate::shim::Probe;
 use crate::tokens::Vocab;
 use serde_json::Value;
 use std::path::Path;
@@ -111,8 +110,7 @@ impl Chat {
         let model = model::acquire_with(&path, &load)?;
         model.check_kv_types(&ctx_params)?;
         check_context_memory(&model, settings.n_ctx, &ctx_params)?;
-        // SAFETY: the model is alive for the call.
-        let templates = unsafe { Templates::from_model(model.raw()) }?;
+        let templates = model.templates()?;
         crate::fault::site("create");
         let s = &settings;
         let mut sched = Scheduler::start(
@@ -181,7 +179,7 @@ fn draft_plan(
     load: &LoadParams,
     ctx_params: &crate::backend::ContextParams,
 ) -> Result<Option<DraftPlan>> {
-    if !can_cut(model) {
+    if !model.can_cut() {
         return Ok(None);
     }
     let s = &settings.speculative;
@@ -202,12 +200,6 @@ fn draft_plan(
     }))
 }
 
-/// Whether `model`'s memory can cut a sequence (not recurrent, not hybrid).
-fn can_cut(model: &Model) -> bool {
-    // SAFETY: the model is alive for the calls.
-    unsafe { !sys::llama_model_is_recurrent(model.raw()) && !sys::llama_model_is_hybrid(model.raw()) }
-}
-
 /// draft-simple's model, loaded as the target is (its layers on the GPU as many as the target's
 /// unless `draft_n_gpu_layers` says).
 fn load_draft_model(draft: &DraftModel, load: &LoadParams) -> Result<Arc<Model>> {
@@ -219,7 +211,7 @@ fn load_draft_model(draft: &DraftModel, load: &LoadParams) -> Result<Arc<Model>>
     }
     let params = LoadParams { n_gpu_layers: draft.n_gpu_layers.unwrap_or(load.n_gpu_layers), ..load.clone() };
     let model = model::acquire_with(&draft.path, &params)?;
-    if !can_cut(&model) {
+    if !model.can_cut() {
         return Err(Error::new(
             ErrorCode::InvalidArgument,
             "speculative.draft_model_path: a recurrent or hybrid model cannot draft (its memory cannot take drafted tokens back)",

@@ -3,6 +3,7 @@
 
 use crate::backend::{self, ContextParams, LoadParams};
 use crate::error::{bail, Error, ErrorCode, Result};
+use crate::shim::Templates;
 use crate::sys;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
@@ -67,6 +68,19 @@ impl Model {
         } else {
             tokens
         }
+    }
+
+    /// Whether the model's memory can cut a sequence (not recurrent, not hybrid): drafted tokens
+    /// can be taken back, and a kept state's cells checked one by one.
+    pub fn can_cut(&self) -> bool {
+        // SAFETY: raw is a live model.
+        unsafe { !sys::llama_model_is_recurrent(self.raw) && !sys::llama_model_is_hybrid(self.raw) }
+    }
+
+    /// The model's chat templates (llama.cpp's `common_chat_templates_init`).
+    pub fn templates(&self) -> Result<Templates> {
+        // SAFETY: raw is a live model for the call.
+        unsafe { Templates::from_model(self.raw) }
     }
 
     /// How many repeating layers the model has.

@@ -95,10 +95,7 @@ impl Worker {
             pool,
             tuner,
             uses_rpc: model.uses_rpc,
-            // SAFETY: a live model.
-            plain_kv: unsafe {
-                !sys::llama_model_is_recurrent(model.raw()) && !sys::llama_model_is_hybrid(model.raw())
-            },
+            plain_kv: model.can_cut(),
             lost: None,
             reference: None,
         }
