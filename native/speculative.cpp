@@ -192,10 +192,7 @@ void run_asks(llb_shim_spec & st) {
         if (st.ctx_dft) {
             note_drafted(st, lane, hist, st.last[lane], st.result[lane], st.asked[lane]);
         }
-        hist.push_back(st.last[lane]);
-        if (st.result[lane].size() > (size_t) st.asked[lane]) {
-            st.result[lane].resize(st.asked[lane]);
-        }
+        hist.push_back(st.last[lane]); // the result holds at most `asked` tokens: llama.cpp cut it to n_max
         if (!st.result[lane].empty()) {
             st.drafted[lane] = true;
         }
