@@ -113,6 +113,7 @@ impl Chat {
         let templates = model.templates()?;
         crate::fault::site("create");
         let s = &settings;
+        let exact_reuse = !model.uses_rpc && crate::backend::devices().iter().all(|d| d.kind == "cpu");
         let mut sched = Scheduler::start(
             &model,
             SchedConfig {
@@ -130,7 +131,8 @@ impl Chat {
                 prompt_cache: prompt_cache_settings(s, &model, &ctx_params),
                 backend: ctx_params,
                 deterministic: s.deterministic,
-                exact_reuse: !model.uses_rpc && crate::backend::devices().iter().all(|d| d.kind == "cpu"),
+                exact_reuse,
+                reuse_as_cold: exact_reuse && !s.deterministic && s.n_slots == 1,
             },
         )?;
         if let Some(plan) = draft_plan(&settings, &model, &load, &ctx_params)? {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::cabi::{accumulate, assert_stream_matches, take, CEngine};
+use common::cabi::{accumulate, assert_stream_matches, take, CEngine, CPool};
 use common::*;
 use llb::fixture::FixtureOptions;
 use serde_json::{json, Value};
@@ -376,6 +376,30 @@ fn engines_on_one_file_share_the_model() {
     assert_eq!(llb::model::holders(&path), 0, "freed with the last engine");
 }
 
+/// Token counts of a two-turn conversation with a tool call, and its second turn sent again:
+/// (turn 1's prompt, its reply's evaluated tokens, [prompt, cached] of turn 2 and of the repeat).
+fn two_turns(infer: &dyn Fn(&Value) -> Value, t: &str) -> (u64, u64, [[u64; 2]; 2]) {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are helpful."}),
+        json!({"role": "user", "content": "Weather in Paris for 3 days?"}),
+    ];
+    let r1 = infer(&json!({"messages": messages, "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 200, "seed": 1}));
+    assert_eq!(r1["choices"][0]["finish_reason"], "tool_calls", "{t}: {r1}");
+    let m1 = r1["choices"][0]["message"].clone();
+    messages.push(m1.clone());
+    messages.push(json!({"role": "tool", "tool_call_id": m1["tool_calls"][0]["id"], "content": "{\"temp_c\": 21}"}));
+    let counts = |r: &Value| {
+        let u = &r["usage"];
+        [u["prompt_tokens"].as_u64().unwrap(), u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap()]
+    };
+    let next = json!({"messages": messages, "tools": tools(), "max_tokens": 8, "seed": 1});
+    let r2 = counts(&infer(&next));
+    let r3 = counts(&infer(&next));
+    // completion_tokens counts the end-of-turn token, which is never evaluated.
+    (r1["usage"]["prompt_tokens"].as_u64().unwrap(), r1["usage"]["completion_tokens"].as_u64().unwrap() - 1, [r2, r3])
+}
+
+/// A pool keeps a conversation's cells, its generated reply's included, for the next turn.
 #[test]
 fn kv_cache_is_reused_across_turns_including_the_generated_reply() {
     for t in [
@@ -383,30 +407,26 @@ fn kv_cache_is_reused_across_turns_including_the_generated_reply() {
         "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
         "meta-llama-Llama-3.1-8B-Instruct",
     ] {
-        let e = CEngine::open_model(&corpus_fixture(t, false));
-        let mut messages = vec![
-            json!({"role": "system", "content": "You are helpful."}),
-            json!({"role": "user", "content": "Weather in Paris for 3 days?"}),
-        ];
-        let r1 = e.infer(&json!({"messages": messages, "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 200, "seed": 1}));
-        assert_eq!(r1["choices"][0]["finish_reason"], "tool_calls", "{t}: {r1}");
-        let m1 = r1["choices"][0]["message"].clone();
-        messages.push(m1.clone());
-        messages
-            .push(json!({"role": "tool", "tool_call_id": m1["tool_calls"][0]["id"], "content": "{\"temp_c\": 21}"}));
-        let r2 = e.infer(&json!({"messages": messages, "tools": tools(), "max_tokens": 8, "seed": 1}));
-        let p1 = r1["usage"]["prompt_tokens"].as_u64().unwrap();
-        // completion_tokens counts the end-of-turn token, which is never evaluated.
-        let g1 = r1["usage"]["completion_tokens"].as_u64().unwrap() - 1;
-        let cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        let pool = CPool::open(&json!({"model_path": corpus_fixture(t, false), "n_ctx": 4096, "n_threads": 1, "n_parallel": 1}))
+            .unwrap_or_else(|e| panic!("{t}: {e}"));
+        let (p1, g1, [[_, cached], [p3, cached3]]) = two_turns(&|r| pool.infer(r), t);
         assert!(cached >= p1 + g1, "{t}: turn 2 reused {cached} tokens, turn 1 had {p1} prompt + {g1} generated");
-        // The same request again reuses everything but the last prompt token.
-        let r3 = e.infer(&json!({"messages": messages, "tools": tools(), "max_tokens": 8, "seed": 1}));
-        assert_eq!(
-            r3["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(),
-            Some(r3["usage"]["prompt_tokens"].as_u64().unwrap() - 1),
-            "{t}"
-        );
+        assert_eq!(cached3, p3 - 1, "{t}: the same request again reuses everything but the last prompt token");
+    }
+}
+
+/// An engine (one sequence, CPU) reuses only the cells a cold read computes the same way
+/// (docs/design.md, "Determinism"): turn 1's prompt, read in tiled steps; the reply, computed a
+/// token at a time, is read again with the next turn, and every prompt reads at least a tile
+/// (64 tokens).
+#[test]
+fn an_engine_reuses_the_prompt_and_reads_the_reply_again_as_a_cold_read_would() {
+    for t in ["Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct"] {
+        let e = CEngine::open_model(&corpus_fixture(t, false));
+        let (p1, g1, [[p2, cached], [p3, cached3]]) = two_turns(&|r| e.infer(r), t);
+        assert!(p1 >= 64, "{t}: the test needs a longer prompt: {p1}");
+        assert_eq!(cached, p1.min(p2 - 64), "{t}: turn 2 reuses turn 1's prompt ({p1}), not its {g1} generated tokens");
+        assert_eq!(cached3, p3 - 64, "{t}: the same request again reads its last 64 tokens");
     }
 }
 

@@ -166,6 +166,41 @@ fn replay_mode_gives_one_reply_cold_under_load_restored_pooled_and_per_request()
     }
 }
 
+/// The default mode of an engine: cold replies agree whatever the host's load, and the engine
+/// that answered the first turn, a restore from RAM and one from disk give the cold reply.
+#[test]
+fn the_default_mode_gives_the_cold_reply_under_load_kept_and_restored() {
+    let Some(m) = model() else { return };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = cache_dir("default");
+    let on_disk = json!({"prompt_cache": {"dir": dir}});
+    let e = engine(&m, on_disk.clone());
+    let r1 = text(&e.infer(&request(&turn1(), json!({}))));
+    let second = request(&turn2(&r1), json!({}));
+
+    let cold: Vec<String> = {
+        let _load = Load::start();
+        [2, 1, 2].iter().map(|&t| reply(&engine(&m, json!({"n_threads": t})).infer(&second))).collect()
+    };
+    assert_eq!(cold[0], cold[1], "cold on 2 threads vs 1, under load");
+    assert_eq!(cold[0], cold[2], "cold twice under load");
+
+    let kept = e.infer(&second);
+    let cached = kept["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached > 500, "the first turn's cells were reused: {}", kept["usage"]);
+    assert_eq!(reply(&kept), cold[0], "the first turn's engine going on");
+
+    e.infer(&request(&[json!({"role": "user", "content": "Say hello."})], json!({"max_tokens": 4})));
+    let from_ram = e.infer(&second);
+    assert!(restored(&from_ram) > 500, "restored from RAM: {}", from_ram["timings"]);
+    assert_eq!(reply(&from_ram), cold[0], "restored from RAM");
+
+    drop(e);
+    let from_disk = engine(&m, on_disk).infer(&second);
+    assert!(restored(&from_disk) > 500, "restored from disk: {}", from_disk["timings"]);
+    assert_eq!(reply(&from_disk), cold[0], "restored from disk");
+}
+
 /// `req`'s response from a pool of three (`config` over its defaults) while two other requests
 /// run beside it.
 fn beside_others(m: &std::path::Path, config: Value, req: &Value) -> Value {

@@ -60,7 +60,9 @@ fn their_own_templates_without_tools_are_refused() {
 #[test]
 fn smollm2_with_a_tool_template_calls_with_real_arguments_and_reuses_its_reply() {
     let Some(path) = model("LLB_SMOLLM2_TOOLS") else { return };
-    let e = engine(&path);
+    // A pool keeps the reply's cells for the next turn (an engine reads them again, as a cold
+    // read computes them: docs/design.md, "Determinism").
+    let e = CPool::open(&json!({"model_path": path, "n_ctx": 2048, "n_threads": 1, "n_parallel": 1})).unwrap_or_else(|e| panic!("{e}"));
     let mut messages = ask("What is the weather like in Paris today?");
     let named = json!({"type": "function", "function": {"name": "get_weather"}});
     let r1 = e.infer(&json!({"messages": messages, "tools": weather_tools(), "tool_choice": named, "temperature": 0, "max_tokens": 64}));
@@ -70,7 +72,7 @@ fn smollm2_with_a_tool_template_calls_with_real_arguments_and_reuses_its_reply()
     let city = args["city"].as_str().unwrap();
     assert!(city.to_lowercase().contains("paris"), "the model read its prompt: city {city:?} in {r1}");
 
-    // Turn 2: the tool's result; the reply of turn 1 is reused from the cache, and the model
+    // Turn 2: the tool's result; the reply of turn 1 is reused from the KV cache, and the model
     // answers in text.
     let m1 = r1["choices"][0]["message"].clone();
     messages.push(m1.clone());

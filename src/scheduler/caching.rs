@@ -46,7 +46,13 @@ impl Worker {
     /// Shutting down with a disk tier: every idle sequence worth keeping goes to disk, so the
     /// next process finds the conversations this one still held.
     pub(super) fn stash_all(&self) {
-        let st = lock(&self.shared.state);
+        let mut st = lock(&self.shared.state);
+        for seq in 0..self.shared.config.n_slots {
+            // Reusing as cold, only the cells a cold read computes the same way are kept.
+            if let Some(op) = st.slots.settle(seq) {
+                self.apply(&mut st.slots, vec![op]);
+            }
+        }
         for (seq, n) in st.slots.tokens_held().into_iter().enumerate() {
             if n >= prompt_cache::MIN_TOKENS {
                 self.stash(seq, st.slots.held(seq).to_vec(), true, &st.slots);
@@ -61,7 +67,7 @@ impl Worker {
     pub(super) fn restore(&self, st: &mut State, ji: usize, seq: usize) -> Admission {
         let have = st.slots.held(seq).len();
         let prompt = st.jobs[ji].tokens.clone();
-        let limit = prompt.len().saturating_sub(1);
+        let limit = prompt.len().saturating_sub(st.slots.min_read());
         let mut out = Admission { cached: have, ..Admission::default() };
         if !self.shared.cache.enabled() || limit < have + prompt_cache::MIN_TOKENS {
             return out;

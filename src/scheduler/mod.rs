@@ -30,7 +30,7 @@ use crate::sys;
 use crate::threads::ComputePool;
 use crate::tokens::Token;
 use job::JobState;
-use shared::{lock, Context, Job, Mailbox, Shared, State};
+use shared::{lock, Context, Job, Mailbox, Shared, State, TILE_ROWS};
 pub use drafting::{DraftPlan, Proposer};
 pub use shared::{Admission, Msg, SchedConfig};
 use slots::SlotTable;
@@ -68,6 +68,8 @@ impl Scheduler {
             config.prompt_cache.ram_bytes = 0;
             config.prompt_cache.dir = None;
         }
+        // Reusing as cold, a prompt's chunks each hold a tile, so a physical batch holds two.
+        config.reuse_as_cold &= config.n_ubatch as usize >= 2 * TILE_ROWS;
         let ctx = new_context(model, &config)?;
         let cache = match open_cache(model, &config) {
             Ok(c) => c,
@@ -79,11 +81,7 @@ impl Scheduler {
         };
         let state = State {
             jobs: Vec::new(),
-            slots: SlotTable::new(config.n_slots).keeping(if cache.enabled() {
-                prompt_cache::MIN_TOKENS
-            } else {
-                usize::MAX
-            }),
+            slots: slot_table(&config, cache.enabled()),
             next_id: 0,
             shutdown: false,
             lost: None,
@@ -217,6 +215,16 @@ fn new_context(model: &Model, config: &SchedConfig) -> Result<*mut sys::llama_co
     Ok(ctx)
 }
 
+/// The context's sequences, empty: kept in the prompt cache when they leave if there is one.
+fn slot_table(config: &SchedConfig, caching: bool) -> SlotTable {
+    let table = SlotTable::new(config.n_slots).keeping(if caching { prompt_cache::MIN_TOKENS } else { usize::MAX });
+    if config.reuse_as_cold {
+        table.reusing_as_cold(TILE_ROWS)
+    } else {
+        table
+    }
+}
+
 /// The prompt cache of `config`, its disk files keyed by the model's file and this context's
 /// state format.
 fn open_cache(model: &Model, config: &SchedConfig) -> Result<PromptCache> {
@@ -228,8 +236,15 @@ fn open_cache(model: &Model, config: &SchedConfig) -> Result<PromptCache> {
         b.type_k,
         b.type_v,
         b.flash_attn,
-        // Replay mode's states are computed with other kernels: never restored by the other mode.
-        if config.deterministic { "; kernels reference" } else { "" }
+        // Replay mode's states are computed with other kernels, and a context reusing as cold
+        // keeps only cells a cold read computes: neither restores another's states.
+        if config.deterministic {
+            "; kernels reference"
+        } else if config.reuse_as_cold {
+            "; cells as cold"
+        } else {
+            ""
+        }
     );
     PromptCache::open(&config.prompt_cache, || prompt_cache::key(&model.path, &format)).map_err(|e| {
         let dir = config.prompt_cache.dir.as_deref().unwrap_or(std::path::Path::new(""));

@@ -42,6 +42,10 @@ pub struct SchedConfig {
     /// reference kernels make a cell's bits independent of the batch it was computed in: a
     /// cached prefix then equals a cold read (docs/design.md, "Determinism").
     pub exact_reuse: bool,
+    /// The default mode of a context of one sequence on CPU backends: a prompt reuses only the
+    /// cells a cold read computes the same way, so a kept or restored prefix gives the cold
+    /// reply ([`super::slots::SlotTable::reusing_as_cold`]).
+    pub reuse_as_cold: bool,
 }
 
 /// How a request got its sequence.

@@ -69,6 +69,9 @@ struct Slot {
     busy: bool,
     /// The table's clock when a request last took or released it.
     last_used: u64,
+    /// Its first cells computed in steps of a tile or more, one after another from position 0:
+    /// as a cold read of them computes them (see [`SlotTable::reusing_as_cold`]).
+    tiled: usize,
 }
 
 /// The sequences of one context.
@@ -82,6 +85,9 @@ pub(super) struct SlotTable {
     /// Sequences whose tokens the operations just returned drop, with what they held: the
     /// scheduler stashes their state in the prompt cache before it applies the operations.
     leaving: Vec<(usize, Vec<Token>)>,
+    /// Reuse only cells a cold read computes the same way, with steps of this many rows
+    /// computed the tiled way ([`SlotTable::reusing_as_cold`]).
+    as_cold: Option<usize>,
 }
 
 impl SlotTable {
@@ -92,7 +98,42 @@ impl SlotTable {
             clock: 0,
             keep_from: usize::MAX,
             leaving: Vec::new(),
+            as_cold: None,
         }
+    }
+
+    /// From now on a prompt reuses only cells that a cold read of it computes bit for bit, so
+    /// that a reply after a kept or restored prefix is the cold reply (docs/design.md,
+    /// "Determinism"): the cells read in steps of at least `tile` rows (ggml's tiled flash
+    /// attention; per row its sums depend only on the row's cells and their places), and at
+    /// least `tile` tokens are read again, so that the prompt's end is computed in such a step
+    /// too. A request that leaves keeps only those cells: its reply, computed a row at a
+    /// time, is read again with the next turn. Only for a context of one sequence, whose cells
+    /// sit at their positions whatever came before.
+    pub fn reusing_as_cold(mut self, tile: usize) -> SlotTable {
+        self.as_cold = Some(tile.max(1));
+        self
+    }
+
+    /// The fewest prompt tokens a request reads: one (for its logits), or a tile's worth.
+    pub fn min_read(&self) -> usize {
+        self.as_cold.unwrap_or(1)
+    }
+
+    /// How many of `seq`'s first cells a prompt may reuse.
+    fn reusable(&self, seq: usize) -> usize {
+        let s = &self.slots[seq];
+        match self.as_cold {
+            Some(_) => s.tiled,
+            None => s.tokens.len(),
+        }
+    }
+
+    /// Cuts `seq` to its first `len` tokens (in the table only).
+    fn cut(&mut self, seq: usize, len: usize) {
+        let s = &mut self.slots[seq];
+        s.tokens.truncate(len);
+        s.tiled = s.tiled.min(len);
     }
 
     /// Records, from now on, every sequence that is about to lose at least `min` tokens.
@@ -115,9 +156,12 @@ impl SlotTable {
         }
     }
 
-    /// Sequence `seq` now holds `tokens`, restored from the prompt cache.
+    /// Sequence `seq` now holds `tokens`, restored from the prompt cache (whose states, in a
+    /// table reusing as cold, hold only such cells).
     pub fn restored(&mut self, seq: usize, tokens: &[Token]) {
-        self.slots[seq].tokens = tokens.to_vec();
+        let s = &mut self.slots[seq];
+        s.tokens = tokens.to_vec();
+        s.tiled = if self.as_cold.is_some() { tokens.len() } else { 0 };
     }
 
     /// The tokens sequence `seq` holds.
@@ -130,9 +174,14 @@ impl SlotTable {
         self.slots.iter().map(|s| s.tokens.len()).collect()
     }
 
-    /// `tokens` were decoded into `seq`, after what it held.
-    pub fn decoded(&mut self, seq: usize, tokens: &[Token]) {
-        self.slots[seq].tokens.extend_from_slice(tokens);
+    /// `tokens` were decoded into `seq`, after what it held, in a step of at least
+    /// a tile's rows (`tiled`) or not.
+    pub fn decoded(&mut self, seq: usize, tokens: &[Token], tiled: bool) {
+        let s = &mut self.slots[seq];
+        if tiled && s.tiled == s.tokens.len() {
+            s.tiled += tokens.len();
+        }
+        s.tokens.extend_from_slice(tokens);
     }
 
     /// Chooses a sequence for a new request whose prompt is `prompt`, and how it gets the
@@ -144,13 +193,13 @@ impl SlotTable {
     /// (the same conversation going on); otherwise an empty one, else the idle one used least
     /// recently (evicted), else the prefix's own when idle.
     pub fn place(&mut self, prompt: &[Token], running: &[(usize, &[Token])]) -> Option<Placement> {
-        let limit = prompt.len().saturating_sub(1); // at least one token is evaluated, for logits
-                                                    // The best prefix already in the KV cache, and the best one being evaluated now.
+        let limit = prompt.len().saturating_sub(self.min_read());
+        // The best prefix already in the KV cache, and the best one being evaluated now.
         let (src, have) = self
             .slots
             .iter()
             .enumerate()
-            .map(|(i, s)| (i, common_prefix(&s.tokens, prompt).min(limit)))
+            .map(|(i, s)| (i, common_prefix(&s.tokens, prompt).min(limit).min(self.reusable(i))))
             .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
             .unwrap_or((0, 0));
         let coming = running
@@ -161,7 +210,7 @@ impl SlotTable {
         // Reuse the source itself when the prompt extends everything it holds; otherwise take
         // another sequence and copy the prefix there.
         let slot = &self.slots[src];
-        let extends = !slot.busy && have > 0 && have == slot.tokens.len().min(limit);
+        let extends = !slot.busy && have > 0 && have == slot.tokens.len().min(limit).min(self.reusable(src));
         let mut ops = Vec::new();
         let seq = if extends && coming.is_none() { src } else { self.free_seq(src, &mut ops)? };
         self.clock += 1;
@@ -170,7 +219,7 @@ impl SlotTable {
         let prefix = match coming {
             Some((src, upto)) => Prefix::Awaited { src, upto },
             None => {
-                ops.extend(self.fill(seq, src, &prompt[..have]));
+                ops.extend(self.fill(seq, src, prompt, have));
                 Prefix::Ready
             }
         };
@@ -191,24 +240,27 @@ impl SlotTable {
         (!self.slots[keep].busy).then_some(keep)
     }
 
-    /// Makes sequence `dst` hold `prefix`, which sequence `src` holds: kept (cut after it) when
-    /// `dst` is `src` or already begins with it, copied from `src` otherwise.
-    pub fn fill(&mut self, dst: usize, src: usize, prefix: &[Token]) -> Vec<KvOp> {
-        let len = prefix.len();
+    /// Makes sequence `dst` hold the first `len` tokens of `prompt`, which sequence `src` holds:
+    /// kept (cut after them) when `dst` is `src` or already begins with them, copied from `src`
+    /// otherwise. Tokens cut that the prompt reads again are not recorded as leaving.
+    pub fn fill(&mut self, dst: usize, src: usize, prompt: &[Token], len: usize) -> Vec<KvOp> {
+        let prefix = &prompt[..len];
+        let shared = common_prefix(&self.slots[dst].tokens, prompt);
         if dst == src {
-            self.note_cut(dst, len);
-            self.slots[dst].tokens.truncate(len);
+            self.note_cut(dst, shared.max(len));
+            self.cut(dst, len);
             return vec![KvOp::Truncate { seq: dst, len, source: None }];
         }
-        if common_prefix(&self.slots[dst].tokens, prefix) >= len {
-            self.note_cut(dst, len);
-            self.slots[dst].tokens.truncate(len);
+        if shared >= len {
+            self.note_cut(dst, shared);
+            self.cut(dst, len);
             return vec![KvOp::Truncate { seq: dst, len, source: Some(src) }];
         }
         let mut ops = vec![self.clear(dst)];
         if len > 0 {
             ops.push(KvOp::Copy { src, dst, n: len });
             self.slots[dst].tokens.extend_from_slice(prefix);
+            self.slots[dst].tiled = self.slots[src].tiled.min(len);
         }
         ops
     }
@@ -220,13 +272,15 @@ impl SlotTable {
         if let Some(src) = source.filter(|_| len > 0) {
             let prefix = self.slots[src].tokens[..len].to_vec();
             self.slots[seq].tokens = prefix;
+            self.slots[seq].tiled = self.slots[src].tiled.min(len);
             ops.push(KvOp::Copy { src, dst: seq, n: len });
         }
         ops
     }
 
     /// The request holding `seq` left: the sequence becomes idle, its tokens kept for reuse
-    /// unless `clear` (a request that failed, panicked or was parked).
+    /// unless `clear` (a request that failed, panicked or was parked); in a table reusing as
+    /// cold, only the cells a cold read computes the same way.
     pub fn release(&mut self, seq: usize, clear: bool) -> Vec<KvOp> {
         self.clock += 1;
         self.slots[seq].busy = false;
@@ -234,14 +288,24 @@ impl SlotTable {
         if clear {
             vec![self.discard(seq)]
         } else {
-            Vec::new()
+            self.settle(seq).into_iter().collect()
         }
+    }
+
+    /// In a table reusing as cold, cuts `seq` after the cells a prompt may reuse (not recorded
+    /// as leaving: the rest is not worth keeping). None where there is nothing to cut.
+    pub fn settle(&mut self, seq: usize) -> Option<KvOp> {
+        let len = self.reusable(seq);
+        (len < self.slots[seq].tokens.len()).then(|| {
+            self.cut(seq, len);
+            KvOp::Truncate { seq, len, source: None }
+        })
     }
 
     /// The busy sequence `seq` keeps its first `len` tokens: drafted tokens its request took
     /// back (speculative decoding). Not recorded as leaving: they were never the conversation's.
     pub fn rollback(&mut self, seq: usize, len: usize) -> KvOp {
-        self.slots[seq].tokens.truncate(len);
+        self.cut(seq, len);
         KvOp::Truncate { seq, len, source: None }
     }
 
@@ -254,7 +318,7 @@ impl SlotTable {
     /// Empties sequence `seq` without recording it: what it holds is not worth keeping (a
     /// failed decode, a prefix about to be replaced, an operation already recorded).
     pub fn discard(&mut self, seq: usize) -> KvOp {
-        self.slots[seq].tokens.clear();
+        self.cut(seq, 0);
         KvOp::Clear { seq }
     }
 
@@ -290,7 +354,7 @@ mod tests {
     fn table(held: &[&[Token]], busy: &[bool]) -> SlotTable {
         let mut t = SlotTable::new(held.len());
         for (i, tokens) in held.iter().enumerate() {
-            t.decoded(i, tokens);
+            t.decoded(i, tokens, true);
             t.clock += 1;
             t.slots[i].last_used = t.clock;
             t.slots[i].busy = busy[i];
@@ -380,8 +444,8 @@ mod tests {
         assert!(t.slots[1].busy);
 
         // Once sequence 0 holds the 30 tokens the waiting request copies them.
-        t.decoded(0, &shared[10..35]);
-        assert_eq!(t.fill(1, 0, &mine[..30]), vec![KvOp::Clear { seq: 1 }, KvOp::Copy { src: 0, dst: 1, n: 30 }]);
+        t.decoded(0, &shared[10..35], true);
+        assert_eq!(t.fill(1, 0, &mine, 30), vec![KvOp::Clear { seq: 1 }, KvOp::Copy { src: 0, dst: 1, n: 30 }]);
         assert_eq!(t.held(1), &shared[..30]);
     }
 
@@ -419,7 +483,7 @@ mod tests {
     fn a_refused_cut_clears_and_copies_from_the_source() {
         let mut t = table(&[&[1, 2, 3, 4], &[1, 2, 3, 9]], &[false, true]);
         // Sequence 0 begins with the prefix sequence 1 holds: it is cut, not refilled.
-        let ops = t.fill(0, 1, &[1, 2, 3]);
+        let ops = t.fill(0, 1, &[1, 2, 3], 3);
         assert_eq!(ops, vec![KvOp::Truncate { seq: 0, len: 3, source: Some(1) }]);
         assert_eq!(
             t.truncate_refused(0, 3, Some(1)),
@@ -511,5 +575,75 @@ mod tests {
         assert_eq!(t.rollback(0, 30), KvOp::Truncate { seq: 0, len: 30, source: None });
         assert_eq!(t.held(0), &long[..30]);
         assert!(t.take_leaving().is_empty(), "a draft is not a conversation to keep");
+    }
+
+    /// A table of one sequence reusing as cold, with a tile of 8 rows: the first turn's prompt
+    /// (20 tokens) read in one tiled step, its reply (5 tokens) a row at a time.
+    fn as_cold_after_a_turn() -> (SlotTable, Vec<Token>) {
+        let mut t = SlotTable::new(1).keeping(4).reusing_as_cold(8);
+        let turn = seq(100..125);
+        let p = t.place(&turn[..20], &[]).unwrap();
+        assert_eq!(p.ops, vec![KvOp::Truncate { seq: 0, len: 0, source: None }]);
+        t.decoded(0, &turn[..20], true);
+        for tok in &turn[20..] {
+            t.decoded(0, &[*tok], false);
+        }
+        (t, turn)
+    }
+
+    #[test]
+    fn reusing_as_cold_a_sequence_keeps_only_its_tiled_cells_when_its_request_leaves() {
+        let (mut t, turn) = as_cold_after_a_turn();
+        assert_eq!(t.release(0, false), vec![KvOp::Truncate { seq: 0, len: 20, source: None }]);
+        assert_eq!(t.held(0), &turn[..20], "the reply's cells go: the next turn reads them again");
+        assert!(t.take_leaving().is_empty(), "not kept in the prompt cache either");
+        assert_eq!(t.settle(0), None, "nothing more to cut");
+    }
+
+    #[test]
+    fn reusing_as_cold_a_prompt_reads_at_least_a_tile_again() {
+        let (mut t, turn) = as_cold_after_a_turn();
+        t.release(0, false);
+        // The next turn: the whole first turn and 3 tokens more, 28 in all.
+        let mut next = turn.clone();
+        next.extend([1, 2, 3]);
+        let p = t.place(&next, &[]).unwrap();
+        assert_eq!(p.ops, vec![KvOp::Truncate { seq: 0, len: 20, source: None }], "28 - 8 = 20 cached");
+        assert_eq!(t.min_read(), 8);
+        t.release(0, false);
+        // A prompt that extends the kept cells by 2 tokens reads the last 8: 14 cached.
+        let p = t.place(&turn[..22], &[]).unwrap();
+        assert_eq!(p.ops, vec![KvOp::Truncate { seq: 0, len: 14, source: None }]);
+        assert!(t.take_leaving().is_empty(), "the 6 tokens cut are read again, not lost");
+        t.release(0, false);
+        // Another conversation: what it does not share is recorded.
+        t.place(&seq(0..30), &[]).unwrap();
+        assert_eq!(t.take_leaving(), vec![(0, turn[..14].to_vec())]);
+    }
+
+    #[test]
+    fn reusing_as_cold_cells_after_a_small_step_are_not_reused_though_later_steps_are_tiled() {
+        let mut t = SlotTable::new(1).reusing_as_cold(8);
+        let tokens = seq(0..40);
+        t.decoded(0, &tokens[..10], true);
+        t.decoded(0, &tokens[10..12], false);
+        t.decoded(0, &tokens[12..30], true);
+        assert_eq!(t.release(0, false), vec![KvOp::Truncate { seq: 0, len: 10, source: None }]);
+        t.restored(0, &tokens[..30]);
+        assert_eq!(t.release(0, false), vec![], "a restored state holds only such cells");
+        assert_eq!(t.rollback(0, 25), KvOp::Truncate { seq: 0, len: 25, source: None });
+        let p = t.place(&tokens, &[]).unwrap();
+        assert_eq!(p.ops, vec![KvOp::Truncate { seq: 0, len: 25, source: None }], "40 - 8 = 32, but 25 held");
+    }
+
+    #[test]
+    fn without_reusing_as_cold_every_held_cell_is_reused() {
+        let mut t = SlotTable::new(1);
+        let tokens = seq(0..30);
+        t.decoded(0, &tokens[..20], false);
+        assert_eq!(t.release(0, false), vec![]);
+        assert_eq!(t.min_read(), 1);
+        let p = t.place(&tokens, &[]).unwrap();
+        assert_eq!(p.ops, vec![KvOp::Truncate { seq: 0, len: 20, source: None }]);
     }
 }

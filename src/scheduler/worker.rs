@@ -277,7 +277,7 @@ impl Worker {
             if have < upto && still_coming {
                 continue;
             }
-            let ops = st.slots.fill(seq, src, &tokens[..have]);
+            let ops = st.slots.fill(seq, src, tokens, have);
             self.apply(&mut st.slots, ops);
             let job = &mut st.jobs[ji];
             job.state.prefix_ready();
@@ -291,7 +291,13 @@ impl Worker {
     /// tokens.
     fn build(&mut self, st: &mut State) -> Vec<Entry> {
         self.retract_drafts(st);
-        let mut budget = self.shared.config.n_batch as usize;
+        let c = &self.shared.config;
+        // Reusing as cold, a step is one physical batch and a prompt's last chunk holds a tile:
+        // every prompt cell is computed the tiled way (docs/design.md, "Determinism").
+        let (mut budget, tile) = match c.reuse_as_cold {
+            true => (c.n_ubatch as usize, TILE_ROWS),
+            false => (c.n_batch as usize, 0),
+        };
         let mut entries = Vec::new();
         for generating in [true, false] {
             for j in &st.jobs {
@@ -302,8 +308,9 @@ impl Worker {
                 }
                 let pos = st.slots.held(s).len();
                 // Rows of logits come from one decode: a chunk ends before them or holds them all.
+                let tail = j.rows.max(tile);
                 let n = match pending.min(budget) {
-                    n if n < pending && pending - n < j.rows => pending.saturating_sub(j.rows),
+                    n if n < pending && pending - n < tail => pending.saturating_sub(tail),
                     n => n,
                 };
                 if n == 0 {
@@ -441,8 +448,9 @@ impl Worker {
     fn deliver(&mut self, st: &mut State, entries: &[Entry], took: Duration) {
         let mut row = 0i32;
         let mut bad_restores = Vec::new();
+        let tiled = self.reference == Some(false);
         for e in entries {
-            st.slots.decoded(e.slot, &e.tokens);
+            st.slots.decoded(e.slot, &e.tokens, tiled);
             row += e.tokens.len() as i32;
             let Some(j) = st.jobs.iter_mut().find(|j| j.id == e.job && !j.state.has_left()) else { continue };
             if let JobState::Prefilling { .. } = j.state {
