@@ -79,6 +79,7 @@ fn prompt_cache_settings(
         disk_bytes: s.prompt_cache_disk,
         secret_file: s.prompt_cache_secret.clone(),
         shared: s.prompt_cache_shared,
+        as_cold: false, // set by the scheduler, which decides it
     }
 }
 

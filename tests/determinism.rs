@@ -9,7 +9,8 @@
 //!   other processes load the cores, restored from RAM and from disk, in a pool beside other
 //!   requests, with speculation configured, and per request on a default pool: one reply.
 //! - The default mode: a reply does not depend on the thread count, and speculation leaves
-//!   every token's logprobs as they are.
+//!   every token's logprobs as they are; an engine's reply is the cold one under load, going on
+//!   with the first turn's cells, and restored from RAM and from disk.
 //!
 //! Without LLB_SMOLLM2_TOOLS the tests say so and pass, unless LLB_REQUIRE_REAL_WEIGHTS=1
 //! (test-all.sh sets both).
@@ -111,6 +112,45 @@ fn cache_dir(name: &str) -> PathBuf {
     d
 }
 
+/// `second`'s reply from cold engines (`config` over the defaults) on each of `threads`, while
+/// other processes keep every core busy: asserted to be one reply, returned.
+fn cold_under_load(m: &PathBuf, config: &Value, second: &Value, threads: &[usize]) -> String {
+    let _load = Load::start();
+    let cold: Vec<String> = threads
+        .iter()
+        .map(|&t| {
+            let mut c = config.clone();
+            c["n_threads"] = json!(t);
+            reply(&engine(m, c).infer(second))
+        })
+        .collect();
+    for (c, t) in cold.iter().zip(threads) {
+        assert_eq!(c, &cold[0], "cold on {t} threads vs {}, under load", threads[0]);
+    }
+    cold.into_iter().next().unwrap()
+}
+
+/// Engine `e` answered the first turn of `second`'s conversation: going on with its cells,
+/// restored from RAM after another conversation took its one sequence, and restored from disk
+/// by a new engine (`on_disk`, the config `e` was made with), it gives the `cold` reply.
+fn assert_kept_and_restored_give(cold: &str, m: &PathBuf, e: CEngine, on_disk: Value, second: &Value) {
+    let kept = e.infer(second);
+    let cached = kept["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached > 500, "the first turn's cells were reused: {}", kept["usage"]);
+    assert_eq!(reply(&kept), cold, "the first turn's engine going on");
+
+    e.infer(&request(&[json!({"role": "user", "content": "Say hello."})], json!({"max_tokens": 4})));
+    let from_ram = e.infer(second);
+    assert!(restored(&from_ram) > 500, "restored from RAM: {}", from_ram["timings"]);
+    assert_eq!(reply(&from_ram), cold, "restored from RAM");
+
+    // The first engine's states were written when it closed: a new one stands for a restart.
+    drop(e);
+    let from_disk = engine(m, on_disk).infer(second);
+    assert!(restored(&from_disk) > 500, "restored from disk: {}", from_disk["timings"]);
+    assert_eq!(reply(&from_disk), cold, "restored from disk");
+}
+
 /// Replay mode, with speculation configured: every way of reaching the second turn of one
 /// conversation gives one reply, logprobs and all.
 #[test]
@@ -118,51 +158,21 @@ fn replay_mode_gives_one_reply_cold_under_load_restored_pooled_and_per_request()
     let Some(m) = model() else { return };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let replay = json!({"deterministic": true, "speculative": {"type": "ngram-mod"}});
-    let dir = cache_dir("replay");
     let mut on_disk = replay.clone();
-    on_disk["prompt_cache"] = json!({"dir": dir});
+    on_disk["prompt_cache"] = json!({"dir": cache_dir("replay")});
     let e = engine(&m, on_disk.clone());
     let r1 = text(&e.infer(&request(&turn1(), json!({}))));
     let second = request(&turn2(&r1), json!({}));
-
-    // Cold, three times, the machine's cores busy with other processes; 1 and 2 threads.
-    let cold: Vec<String> = {
-        let _load = Load::start();
-        [2, 1, 2]
-            .iter()
-            .map(|&t| {
-                let mut c = replay.clone();
-                c["n_threads"] = json!(t);
-                reply(&engine(&m, c).infer(&second))
-            })
-            .collect()
-    };
-    assert_eq!(cold[0], cold[1], "cold on 2 threads vs 1, under load");
-    assert_eq!(cold[0], cold[2], "cold twice under load");
-
-    // The engine that answered the first turn goes on with its cells (those of its own reply
-    // computed token by token).
-    assert_eq!(reply(&e.infer(&second)), cold[0], "the first turn's engine going on");
-
-    // From RAM: another conversation takes the engine's one sequence, then this one comes back.
-    e.infer(&request(&[json!({"role": "user", "content": "Say hello."})], json!({"max_tokens": 4})));
-    let from_ram = e.infer(&second);
-    assert!(restored(&from_ram) > 0, "restored from RAM: {}", from_ram["timings"]);
-    assert_eq!(reply(&from_ram), cold[0], "restored from RAM");
-
-    // From disk, in an engine standing for a restarted process (the first one's states were
-    // written when it closed).
-    drop(e);
-    let from_disk = engine(&m, on_disk).infer(&second);
-    assert!(restored(&from_disk) > 0, "restored from disk: {}", from_disk["timings"]);
-    assert_eq!(reply(&from_disk), cold[0], "restored from disk");
+    let cold = cold_under_load(&m, &replay, &second, &[2, 1, 2]);
+    // The engine going on holds its reply's cells too, computed token by token.
+    assert_kept_and_restored_give(&cold, &m, e, on_disk, &second);
 
     // In a pool, beside other requests; and per request in a default pool that speculates.
     for (label, config, extra) in [
         ("a replay-mode pool", replay.clone(), json!({})),
         ("a default pool, the request in replay mode", json!({}), json!({"deterministic": true})),
     ] {
-        assert_eq!(reply(&beside_others(&m, config, &request(&turn2(&r1), extra))), cold[0], "{label}");
+        assert_eq!(reply(&beside_others(&m, config, &request(&turn2(&r1), extra))), cold, "{label}");
     }
 }
 
@@ -172,33 +182,12 @@ fn replay_mode_gives_one_reply_cold_under_load_restored_pooled_and_per_request()
 fn the_default_mode_gives_the_cold_reply_under_load_kept_and_restored() {
     let Some(m) = model() else { return };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = cache_dir("default");
-    let on_disk = json!({"prompt_cache": {"dir": dir}});
+    let on_disk = json!({"prompt_cache": {"dir": cache_dir("default")}});
     let e = engine(&m, on_disk.clone());
     let r1 = text(&e.infer(&request(&turn1(), json!({}))));
     let second = request(&turn2(&r1), json!({}));
-
-    let cold: Vec<String> = {
-        let _load = Load::start();
-        [2, 1, 2].iter().map(|&t| reply(&engine(&m, json!({"n_threads": t})).infer(&second))).collect()
-    };
-    assert_eq!(cold[0], cold[1], "cold on 2 threads vs 1, under load");
-    assert_eq!(cold[0], cold[2], "cold twice under load");
-
-    let kept = e.infer(&second);
-    let cached = kept["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
-    assert!(cached > 500, "the first turn's cells were reused: {}", kept["usage"]);
-    assert_eq!(reply(&kept), cold[0], "the first turn's engine going on");
-
-    e.infer(&request(&[json!({"role": "user", "content": "Say hello."})], json!({"max_tokens": 4})));
-    let from_ram = e.infer(&second);
-    assert!(restored(&from_ram) > 500, "restored from RAM: {}", from_ram["timings"]);
-    assert_eq!(reply(&from_ram), cold[0], "restored from RAM");
-
-    drop(e);
-    let from_disk = engine(&m, on_disk).infer(&second);
-    assert!(restored(&from_disk) > 500, "restored from disk: {}", from_disk["timings"]);
-    assert_eq!(reply(&from_disk), cold[0], "restored from disk");
+    let cold = cold_under_load(&m, &json!({}), &second, &[2, 1]);
+    assert_kept_and_restored_give(&cold, &m, e, on_disk, &second);
 }
 
 /// `req`'s response from a pool of three (`config` over its defaults) while two other requests

@@ -39,6 +39,8 @@ struct Inner {
     secret: Secret,
     /// Files readable by the group (a cache shared on purpose) instead of private.
     shared: bool,
+    /// The flags of the files it writes; it reads only files that have them all.
+    flags: u32,
     index: Mutex<Index>,
     /// Warnings of the writer thread not yet handed to a request, and the kinds already
     /// reported (each once).
@@ -51,8 +53,8 @@ struct Inner {
 
 #[derive(Default)]
 struct Index {
-    /// This key's good files: name → tokens and bytes of state.
-    files: HashMap<String, (Vec<Token>, u64)>,
+    /// This key's good files: name → tokens, bytes of state, flags.
+    files: HashMap<String, (Vec<Token>, u64, u32)>,
     /// Names already found bad (reported once).
     bad: HashSet<String>,
 }
@@ -79,8 +81,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Disk {
     /// Opens (creates, 0700) `dir`, refused when others could plant files there (unless
-    /// `shared`), and starts the writer.
-    pub fn open(dir: &Path, budget: u64, key: Key, secret: Secret, shared: bool) -> std::io::Result<Disk> {
+    /// `shared`), and starts the writer. `flags`: of the files it writes, and that a file must
+    /// have to be read.
+    pub fn open(dir: &Path, budget: u64, key: Key, secret: Secret, shared: bool, flags: u32) -> std::io::Result<Disk> {
         secret::private_dir(dir, shared)?;
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
@@ -88,6 +91,7 @@ impl Disk {
             key,
             secret,
             shared,
+            flags,
             index: Mutex::new(Index::default()),
             pending: Mutex::default(),
             written: AtomicU64::new(0),
@@ -114,7 +118,8 @@ impl Disk {
         let best = index
             .files
             .iter()
-            .map(|(name, (tokens, bytes))| (name, crate::tokens::common_prefix(tokens, prompt).min(limit), *bytes))
+            .filter(|(_, (_, _, flags))| flags & self.inner.flags == self.inner.flags)
+            .map(|(name, (tokens, bytes, _))| (name, crate::tokens::common_prefix(tokens, prompt).min(limit), *bytes))
             .filter(|&(_, n, _)| n >= at_least)
             .max_by_key(|&(name, n, _)| (n, std::cmp::Reverse(name)));
         (best.map(|(name, n, bytes)| (name.clone(), n, bytes)), warnings)
@@ -264,7 +269,7 @@ impl Inner {
             let path = self.dir.join(&name);
             match file::open_nofollow(&path).and_then(|mut f| file::read_head(&mut f, &self.key)) {
                 Ok(head) => {
-                    index.files.insert(name, (head.tokens, head.state_len));
+                    index.files.insert(name, (head.tokens, head.state_len, head.flags));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
@@ -290,7 +295,7 @@ impl Inner {
     }
 
     /// Writes one file (temporary name, then rename) after making room for it, and deletes this
-    /// key's files whose tokens it extends (it serves every prompt they serve).
+    /// key's files whose tokens it extends and flags it has (it serves every prompt they serve).
     fn write(&self, tokens: &[Token], state: &[u8]) {
         let size = (file::HEADER_LEN + tokens.len() * 4 + state.len()) as u64;
         let name = file::name(&self.key, tokens);
@@ -310,11 +315,13 @@ impl Inner {
         self.written.fetch_add(1, Relaxed);
         let dominated: Vec<String> = {
             let mut index = lock(&self.index);
-            index.files.insert(name.clone(), (tokens.to_vec(), state.len() as u64));
+            index.files.insert(name.clone(), (tokens.to_vec(), state.len() as u64, self.flags));
             index
                 .files
                 .iter()
-                .filter(|(n, (t, _))| **n != name && t.len() < tokens.len() && tokens.starts_with(t))
+                .filter(|(n, (t, _, f))| {
+                    **n != name && t.len() < tokens.len() && tokens.starts_with(t) && f & self.flags == *f
+                })
                 .map(|(n, _)| n.clone())
                 .collect()
         };
@@ -329,7 +336,7 @@ impl Inner {
         let mode = if self.shared { 0o640 } else { 0o600 };
         let done = secret::create_private(&part, mode).and_then(|f| {
             let mut w = std::io::BufWriter::new(f);
-            file::write(&mut w, &self.key, &self.secret, tokens, state)?;
+            file::write(&mut w, &self.key, &self.secret, tokens, state, self.flags)?;
             w.flush()
         });
         let done = done.and_then(|_| fs::rename(&part, self.dir.join(name)));

@@ -3,13 +3,14 @@
 //!
 //! ```text
 //! offset  size  field
-//! 0       8     magic "LLBKV\0\0" and the format version (2)
+//! 0       8     magic "LLBKV\0\0" and the format version (3)
 //! 8       32    key: sha256 of the model's fingerprint and the state format (see `Key`)
 //! 40      4     n_tokens
 //! 44      8     state bytes
-//! 52      32    MAC: BLAKE3 keyed with the installation's secret, over bytes 0..52, the tokens
+//! 52      4     flags: bit 0 [`AS_COLD`]
+//! 56      32    MAC: BLAKE3 keyed with the installation's secret, over bytes 0..56, the tokens
 //!               and the state (see `Secret`)
-//! 84      4n    tokens (i32 each)
+//! 88      4n    tokens (i32 each)
 //! ...           state (llama_state_seq_get_data)
 //! ```
 //!
@@ -24,9 +25,14 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-const MAGIC: [u8; 8] = *b"LLBKV\0\0\x02";
+/// The magic and format version (part of every [`Key`], so another version's files are another
+/// key's).
+pub const MAGIC: [u8; 8] = *b"LLBKV\0\0\x03";
 /// Bytes of the header the MAC covers (everything before the MAC itself).
-const SIGNED_HEAD: usize = 52;
+const SIGNED_HEAD: usize = 56;
+/// A flag: every cell of the state was computed as a cold read of its tokens computes it (an
+/// engine reusing as cold wrote it; src/scheduler/slots.rs): such an engine restores no other.
+pub const AS_COLD: u32 = 1;
 pub const HEADER_LEN: usize = SIGNED_HEAD + 32;
 /// The file name's ending.
 pub const EXT: &str = "llbkv";
@@ -66,6 +72,7 @@ pub fn hex(bytes: &[u8]) -> String {
 pub struct Head {
     pub tokens: Vec<Token>,
     pub state_len: u64,
+    pub flags: u32,
     head: [u8; HEADER_LEN],
 }
 
@@ -99,13 +106,14 @@ fn token_bytes(tokens: &[Token]) -> Vec<u8> {
     tokens.iter().flat_map(|t| t.to_le_bytes()).collect()
 }
 
-/// Writes a file of `tokens` and `state` to `out`, sealed with `secret`.
-pub fn write(out: &mut impl Write, key: &Key, secret: &Secret, tokens: &[Token], state: &[u8]) -> io::Result<()> {
+/// Writes a file of `tokens` and `state` with `flags` to `out`, sealed with `secret`.
+pub fn write(out: &mut impl Write, key: &Key, secret: &Secret, tokens: &[Token], state: &[u8], flags: u32) -> io::Result<()> {
     let mut head = Vec::with_capacity(HEADER_LEN);
     head.extend_from_slice(&MAGIC);
     head.extend_from_slice(&key.0);
     head.extend_from_slice(&(tokens.len() as u32).to_le_bytes());
     head.extend_from_slice(&(state.len() as u64).to_le_bytes());
+    head.extend_from_slice(&flags.to_le_bytes());
     let tokens = token_bytes(tokens);
     let tag = mac(secret, &head, &tokens, state);
     head.extend_from_slice(&tag);
@@ -131,6 +139,7 @@ pub fn read_head(file: &mut File, key: &Key) -> io::Result<Head> {
     }
     let n = u32::from_le_bytes(h[40..44].try_into().unwrap()) as u64;
     let state_len = u64::from_le_bytes(h[44..52].try_into().unwrap());
+    let flags = u32::from_le_bytes(h[52..56].try_into().unwrap());
     let want = (HEADER_LEN as u64).checked_add(n * 4).and_then(|x| x.checked_add(state_len)).unwrap_or(u64::MAX);
     if len < want {
         return Err(bad(format!("{len} bytes where the header announces {want} (truncated)")));
@@ -141,7 +150,7 @@ pub fn read_head(file: &mut File, key: &Key) -> io::Result<Head> {
     let mut raw = vec![0u8; n as usize * 4];
     file.read_exact(&mut raw)?;
     let tokens = raw.chunks_exact(4).map(|c| Token::from_le_bytes(c.try_into().unwrap())).collect();
-    Ok(Head { tokens, state_len, head: h })
+    Ok(Head { tokens, state_len, flags, head: h })
 }
 
 /// Reads a whole file: its tokens and state, the MAC verified with `secret`.
@@ -192,7 +201,7 @@ mod tests {
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!("llb-pc-file-{}-{n}.{EXT}", std::process::id()));
         let mut f = File::create(&path).unwrap();
-        write(&mut f, &Key([7; 32]), &S, tokens, state).unwrap();
+        write(&mut f, &Key([7; 32]), &S, tokens, state, AS_COLD).unwrap();
         (TempFile(path.clone()), path)
     }
 

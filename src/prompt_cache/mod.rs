@@ -40,6 +40,9 @@ pub struct Settings {
     pub secret_file: Option<PathBuf>,
     /// The directory may belong to, or be writable by, other users (a cache shared on purpose).
     pub shared: bool,
+    /// Its states hold only cells computed as a cold read computes them (an engine reusing as
+    /// cold: src/scheduler/slots.rs): its files say so, and it restores no other file.
+    pub as_cold: bool,
 }
 
 /// Where a hit came from.
@@ -134,6 +137,7 @@ pub fn key(model_path: &Path, format: &str) -> std::io::Result<Key> {
         h.update(&sample[..n]);
     }
     h.update(format.as_bytes());
+    h.update(file::MAGIC);
     Ok(Key(h.finalize().into()))
 }
 
@@ -155,7 +159,8 @@ impl PromptCache {
                 }
                 let secret = secret::load_or_create(&path, settings.shared)
                     .map_err(|e| std::io::Error::other(format!("the secret {}: {e}", path.display())))?;
-                Some(disk::Disk::open(dir, settings.disk_bytes, key()?, secret, settings.shared)?)
+                let flags = if settings.as_cold { file::AS_COLD } else { 0 };
+                Some(disk::Disk::open(dir, settings.disk_bytes, key()?, secret, settings.shared, flags)?)
             }
             None => None,
         };

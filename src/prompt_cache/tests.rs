@@ -40,12 +40,19 @@ impl TestDir {
     }
 
     fn settings(&self, ram_bytes: u64, disk_bytes: u64) -> Settings {
-        Settings { ram_bytes, dir: Some(self.0.clone()), disk_bytes, secret_file: Some(self.secret()), shared: false }
+        Settings {
+            ram_bytes,
+            dir: Some(self.0.clone()),
+            disk_bytes,
+            secret_file: Some(self.secret()),
+            shared: false,
+            as_cold: false,
+        }
     }
 }
 
 fn ram(bytes: u64) -> PromptCache {
-    let s = Settings { ram_bytes: bytes, dir: None, disk_bytes: 0, secret_file: None, shared: false };
+    let s = Settings { ram_bytes: bytes, dir: None, disk_bytes: 0, secret_file: None, shared: false, as_cold: false };
     PromptCache::open(&s, || unreachable!()).unwrap()
 }
 
@@ -342,4 +349,31 @@ fn a_restore_the_cost_model_refuses_reads_no_file() {
     let hit = c.lookup(&a, 99, MIN_TOKENS, &log).hit.unwrap();
     assert_eq!(*seen.lock().unwrap(), vec![(99, 500, Tier::Ram), (99, 500, Tier::Disk)]);
     assert!(hit.tier == Tier::Disk && hit.load_time.is_some());
+}
+
+#[test]
+fn an_as_cold_cache_restores_only_as_cold_files_and_others_restore_them_too() {
+    let dir = TestDir::new();
+    let open = |as_cold: bool| {
+        let s = Settings { as_cold, ..dir.settings(0, 1 << 20) };
+        PromptCache::open(&s, || Ok(Key([3; 32]))).unwrap()
+    };
+    let (engines, pools) = (toks(0, 200), toks(1000, 200));
+    let engine = open(true);
+    engine.keep(engines.clone(), vec![1; 100], false);
+    engine.flush();
+    let pool = open(false);
+    pool.keep(pools.clone(), vec![2; 100], false);
+    pool.flush();
+    // A pool's state may hold cells computed otherwise than a cold read: not for the engine.
+    assert!(engine.lookup(&pools, 199, MIN_TOKENS, &yes).hit.is_none());
+    assert_eq!(engine.lookup(&engines, 199, MIN_TOKENS, &yes).hit.unwrap().state[0], 1);
+    // The engine's serve a pool as well as its own.
+    assert_eq!(pool.lookup(&engines, 199, MIN_TOKENS, &yes).hit.unwrap().state[0], 1);
+    assert_eq!(pool.lookup(&pools, 199, MIN_TOKENS, &yes).hit.unwrap().state[0], 2);
+    // A pool's longer state of the engine's conversation does not replace the engine's file.
+    pool.keep(after(&engines, 5000, 50), vec![3; 100], false);
+    pool.flush();
+    assert_eq!(dir.files().len(), 3);
+    assert_eq!(engine.lookup(&after(&engines, 5000, 60), 259, MIN_TOKENS, &yes).hit.unwrap().n, 200);
 }

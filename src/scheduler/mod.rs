@@ -70,6 +70,7 @@ impl Scheduler {
         }
         // Reusing as cold, a prompt's chunks each hold a tile, so a physical batch holds two.
         config.reuse_as_cold &= config.n_ubatch as usize >= 2 * TILE_ROWS;
+        config.prompt_cache.as_cold = config.reuse_as_cold;
         let ctx = new_context(model, &config)?;
         let cache = match open_cache(model, &config) {
             Ok(c) => c,
@@ -236,15 +237,9 @@ fn open_cache(model: &Model, config: &SchedConfig) -> Result<PromptCache> {
         b.type_k,
         b.type_v,
         b.flash_attn,
-        // Replay mode's states are computed with other kernels, and a context reusing as cold
-        // keeps only cells a cold read computes: neither restores another's states.
-        if config.deterministic {
-            "; kernels reference"
-        } else if config.reuse_as_cold {
-            "; cells as cold"
-        } else {
-            ""
-        }
+        // Replay mode's states are computed with other kernels: never restored by the other
+        // mode. (A context reusing as cold marks its files instead: prompt_cache::Settings.)
+        if config.deterministic { "; kernels reference" } else { "" }
     );
     PromptCache::open(&config.prompt_cache, || prompt_cache::key(&model.path, &format)).map_err(|e| {
         let dir = config.prompt_cache.dir.as_deref().unwrap_or(std::path::Path::new(""));

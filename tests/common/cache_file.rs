@@ -19,9 +19,10 @@ pub fn files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// The layout of a format-2 file (docs/design.md, "The prompt cache"): header, tokens, state.
-pub const HEADER: usize = 84;
-pub const SIGNED: usize = 52;
+/// The layout of a format-3 file (docs/design.md, "The prompt cache"): header (its flags at
+/// 52..56), tokens, state.
+pub const HEADER: usize = 88;
+pub const SIGNED: usize = 56;
 
 /// A file's tokens and state.
 pub fn open_file(path: &Path) -> (Vec<i32>, Vec<u8>) {
