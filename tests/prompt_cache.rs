@@ -80,6 +80,7 @@ fn an_engine_alternating_two_conversations_restores_each_instead_of_rereading_it
     let cached = engine(&m, json!({}));
     let cold = engine(&m, json!({"ram_bytes": 0}));
     let mut convs = [vec![system("harbor", 300)], vec![system("orchard", 300)]];
+    let mut last_prompt = [0u64; 2];
     for turn in 0..3 {
         for (c, conv) in convs.iter_mut().enumerate() {
             conv.push(json!({"role": "user", "content": format!("Question {turn} about topic {c}?")}));
@@ -90,12 +91,15 @@ fn an_engine_alternating_two_conversations_restores_each_instead_of_rereading_it
             let (read_cold, _) = read_and_restored(&b);
             if turn > 0 {
                 assert!(restored > 300, "turn {turn}/{c}: restored {restored}: {}", a["timings"]);
-                // A tile (64 tokens) at least, with the last reply: an engine reads a prompt's end
-                // as a cold read does (docs/design.md, "Determinism"); at most 0.2x the prompt.
+                // The turn's new tokens (the last reply's among them) or a tile's 64, whichever
+                // is more: an engine keeps its prompt's cells and reads a prompt's end as a cold
+                // read does (docs/design.md, "Determinism"); at most 0.2x the prompt.
                 let total = a["usage"]["prompt_tokens"].as_u64().unwrap();
-                assert!(read >= 64 && read * 5 <= total, "turn {turn}/{c}: read {read} of {total} tokens");
+                assert_eq!(read, (total - last_prompt[c]).max(64), "turn {turn}/{c}: read of {total} tokens");
+                assert!(read * 5 <= total, "turn {turn}/{c}: read {read} of {total} tokens");
                 assert!(read_cold > 300, "without the cache every turn re-reads: {read_cold}");
             }
+            last_prompt[c] = a["usage"]["prompt_tokens"].as_u64().unwrap();
             conv.push(a["choices"][0]["message"].clone());
         }
     }

@@ -209,8 +209,7 @@ impl SlotTable {
             .max_by_key(|&(_, n)| n);
         // Reuse the source itself when the prompt extends everything it holds; otherwise take
         // another sequence and copy the prefix there.
-        let slot = &self.slots[src];
-        let extends = !slot.busy && have > 0 && have == slot.tokens.len().min(limit).min(self.reusable(src));
+        let extends = !self.slots[src].busy && have > 0 && have == self.reusable(src).min(limit);
         let mut ops = Vec::new();
         let seq = if extends && coming.is_none() { src } else { self.free_seq(src, &mut ops)? };
         self.clock += 1;
@@ -246,15 +245,10 @@ impl SlotTable {
     pub fn fill(&mut self, dst: usize, src: usize, prompt: &[Token], len: usize) -> Vec<KvOp> {
         let prefix = &prompt[..len];
         let shared = common_prefix(&self.slots[dst].tokens, prompt);
-        if dst == src {
+        if dst == src || shared >= len {
             self.note_cut(dst, shared.max(len));
             self.cut(dst, len);
-            return vec![KvOp::Truncate { seq: dst, len, source: None }];
-        }
-        if shared >= len {
-            self.note_cut(dst, shared);
-            self.cut(dst, len);
-            return vec![KvOp::Truncate { seq: dst, len, source: Some(src) }];
+            return vec![KvOp::Truncate { seq: dst, len, source: (dst != src).then_some(src) }];
         }
         let mut ops = vec![self.clear(dst)];
         if len > 0 {
