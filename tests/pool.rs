@@ -363,6 +363,9 @@ fn rss_kb() -> u64 {
 #[test]
 fn rss_is_flat_over_a_thousand_conversations() {
     let _s = serial();
+    if rerun_without_thread_caches("rss_is_flat_over_a_thousand_conversations") {
+        return;
+    }
     let p = Arc::new(pool(4, 4 * 1024));
     // Each conversation its own prompt (no prefix shared beyond a few tokens), so sequences are
     // taken, evicted and reused all the time; short replies without a grammar keep it quick.
@@ -390,14 +393,21 @@ fn rss_is_flat_over_a_thousand_conversations() {
     let mut samples = Vec::new();
     for (from, to) in [(0, 100), (100, 550), (550, 1000)] {
         run(from, to);
-        samples.push((to, malloc_in_use(), rss_kb()));
+        // The prompt cache keeps a state of each conversation that leaves (~90 KB here) in a
+        // RAM tier bounded by its budget: full after warm-up, its fill level still moves by up
+        // to a state. The leak check is on everything else.
+        let pc = &p.stats()["prompt_cache"];
+        assert!(pc["stored"].as_u64() > Some(to as u64 / 2), "conversations leaving are kept: {pc}");
+        let kept = pc["ram_bytes"].as_u64().unwrap();
+        samples.push((to, malloc_in_use() - kept, rss_kb()));
     }
     println!(
-        "1000 conversations in {:.1} s; (conversation, malloc'd bytes, RssAnon kB): {samples:?}",
+        "1000 conversations in {:.1} s; (conversation, malloc'd bytes besides the prompt cache's states, RssAnon kB): {samples:?}",
         t.elapsed().as_secs_f64()
     );
     // As in tests/stress.rs: what malloc holds is the strict check (it moves only with
-    // allocation), RSS the loose one (glibc keeps pages and adds arenas in steps).
+    // allocation), RSS the loose one (glibc keeps pages and adds arenas in steps; the cache's
+    // states are part of it).
     let [(_, _, warm), (mid, mid_heap, _), (end, end_heap, end_rss)] = samples[..] else { unreachable!() };
     let late = (end_heap as f64 - mid_heap as f64) / (end - mid) as f64;
     assert!(late < 64.0, "malloc'd bytes grew {late:.1} per conversation from {mid} to {end}: a leak");

@@ -134,7 +134,7 @@ impl Worker {
                 break;
             }
             match slots.make_room(&[], 0) {
-                Some(super::slots::Room::Evicted(op)) => self.apply(slots, vec![op]),
+                Some(super::slots::Room::Evicted(ops)) => self.apply(slots, ops),
                 _ if hit.tokens.len() >= self.shared.config.n_ctx as usize => {
                     self.shared.cache.refused();
                     return Err(format!(

@@ -14,8 +14,12 @@ use crate::tokens::{common_prefix, Token};
 pub(super) const MIN_SHARED_PREFIX: usize = 16;
 
 /// One operation on the context's KV cache (sequence ids are table indices).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum KvOp {
+    /// Sequence `seq`, which holds `tokens`, is about to lose at least the table's `keep_from`
+    /// of them (the next operation drops them): offer it to the prompt cache first. Only with a
+    /// prompt cache ([`SlotTable::keeping`]); always followed by the operation that drops them.
+    Leave { seq: usize, tokens: Vec<Token> },
     /// Remove every cell of sequence `seq`.
     Clear { seq: usize },
     /// Keep positions `[0, len)` of `seq` and remove the rest. llama.cpp may refuse (a memory
@@ -52,11 +56,11 @@ pub(super) enum Prefix {
 /// What to do about a KV cache too full for the batch (llama.cpp left it as before the call).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Room {
-    /// The idle sequence used least recently was evicted (`op` clears it): retry.
-    Evicted(KvOp),
-    /// Park request `job` (the youngest in the batch): `op` clears its sequence, rebuilt from its
-    /// tokens once another request leaves.
-    Park { job: u64, op: KvOp },
+    /// The idle sequence used least recently was evicted (`ops` clear it): retry.
+    Evicted(Vec<KvOp>),
+    /// Park request `job` (the youngest in the batch): `ops` clear its sequence, rebuilt from
+    /// its tokens once another request leaves.
+    Park { job: u64, ops: Vec<KvOp> },
     /// Request `job` runs alone and does not fit: it fails with `context_overflow`.
     Overflow { job: u64 },
 }
@@ -79,12 +83,9 @@ struct Slot {
 pub(super) struct SlotTable {
     slots: Vec<Slot>,
     clock: u64,
-    /// A sequence about to lose at least this many tokens is recorded in `leaving` first
-    /// (usize::MAX: never; see [`SlotTable::keeping`]).
+    /// A sequence about to lose at least this many tokens is offered to the prompt cache first,
+    /// by a [`KvOp::Leave`] (usize::MAX: never; see [`SlotTable::keeping`]).
     keep_from: usize,
-    /// Sequences whose tokens the operations just returned drop, with what they held: the
-    /// scheduler stashes their state in the prompt cache before it applies the operations.
-    leaving: Vec<(usize, Vec<Token>)>,
     /// Reuse only cells a cold read computes the same way, with steps of this many rows
     /// computed the tiled way ([`SlotTable::reusing_as_cold`]).
     as_cold: Option<usize>,
@@ -97,7 +98,6 @@ impl SlotTable {
             slots: (0..n).map(|_| Slot::default()).collect(),
             clock: 0,
             keep_from: usize::MAX,
-            leaving: Vec::new(),
             as_cold: None,
         }
     }
@@ -136,24 +136,18 @@ impl SlotTable {
         s.tiled = s.tiled.min(len);
     }
 
-    /// Records, from now on, every sequence that is about to lose at least `min` tokens.
+    /// From now on, every sequence about to lose at least `min` tokens is offered to the prompt
+    /// cache first ([`KvOp::Leave`]).
     pub fn keeping(mut self, min: usize) -> SlotTable {
         self.keep_from = min;
         self
     }
 
-    /// The sequences the last operations drop tokens of, with the tokens they held until then
-    /// (what the context still holds until the operations are applied).
-    pub fn take_leaving(&mut self) -> Vec<(usize, Vec<Token>)> {
-        std::mem::take(&mut self.leaving)
-    }
-
-    /// `seq` is about to be cut to `len` tokens: records it if that drops enough of them.
-    fn note_cut(&mut self, seq: usize, len: usize) {
+    /// `seq` is about to be cut to `len` tokens: the [`KvOp::Leave`] that offers what it holds
+    /// to the prompt cache, when that drops enough of them.
+    fn leave(&self, seq: usize, len: usize) -> Option<KvOp> {
         let held = &self.slots[seq].tokens;
-        if held.len().saturating_sub(len) >= self.keep_from {
-            self.leaving.push((seq, held.clone()));
-        }
+        (held.len().saturating_sub(len) >= self.keep_from).then(|| KvOp::Leave { seq, tokens: held.clone() })
     }
 
     /// Sequence `seq` now holds `tokens`, restored from the prompt cache (whose states, in a
@@ -233,7 +227,7 @@ impl SlotTable {
             return Some(i);
         }
         if let Some(&i) = idle.iter().min_by_key(|&&i| self.slots[i].last_used) {
-            ops.push(self.clear(i));
+            ops.extend(self.clear(i));
             return Some(i);
         }
         (!self.slots[keep].busy).then_some(keep)
@@ -241,16 +235,17 @@ impl SlotTable {
 
     /// Makes sequence `dst` hold the first `len` tokens of `prompt`, which sequence `src` holds:
     /// kept (cut after them) when `dst` is `src` or already begins with them, copied from `src`
-    /// otherwise. Tokens cut that the prompt reads again are not recorded as leaving.
+    /// otherwise. Tokens cut that the prompt reads again are not offered to the cache.
     pub fn fill(&mut self, dst: usize, src: usize, prompt: &[Token], len: usize) -> Vec<KvOp> {
         let prefix = &prompt[..len];
         let shared = common_prefix(&self.slots[dst].tokens, prompt);
         if dst == src || shared >= len {
-            self.note_cut(dst, shared.max(len));
+            let mut ops: Vec<KvOp> = self.leave(dst, shared.max(len)).into_iter().collect();
             self.cut(dst, len);
-            return vec![KvOp::Truncate { seq: dst, len, source: (dst != src).then_some(src) }];
+            ops.push(KvOp::Truncate { seq: dst, len, source: (dst != src).then_some(src) });
+            return ops;
         }
-        let mut ops = vec![self.clear(dst)];
+        let mut ops = self.clear(dst);
         if len > 0 {
             ops.push(KvOp::Copy { src, dst, n: len });
             self.slots[dst].tokens.extend_from_slice(prefix);
@@ -286,8 +281,8 @@ impl SlotTable {
         }
     }
 
-    /// In a table reusing as cold, cuts `seq` after the cells a prompt may reuse (not recorded
-    /// as leaving: the rest is not worth keeping). None where there is nothing to cut.
+    /// In a table reusing as cold, cuts `seq` after the cells a prompt may reuse (not offered
+    /// to the cache: the rest is not worth keeping). None where there is nothing to cut.
     pub fn settle(&mut self, seq: usize) -> Option<KvOp> {
         let len = self.reusable(seq);
         (len < self.slots[seq].tokens.len()).then(|| {
@@ -297,20 +292,22 @@ impl SlotTable {
     }
 
     /// The busy sequence `seq` keeps its first `len` tokens: drafted tokens its request took
-    /// back (speculative decoding). Not recorded as leaving: they were never the conversation's.
+    /// back (speculative decoding). Not offered to the cache: they were never the conversation's.
     pub fn rollback(&mut self, seq: usize, len: usize) -> KvOp {
         self.cut(seq, len);
         KvOp::Truncate { seq, len, source: None }
     }
 
-    /// Empties sequence `seq` (recorded as leaving when it held enough).
-    pub fn clear(&mut self, seq: usize) -> KvOp {
-        self.note_cut(seq, 0);
-        self.discard(seq)
+    /// Empties sequence `seq`, offering what it held to the prompt cache first when it held
+    /// enough.
+    pub fn clear(&mut self, seq: usize) -> Vec<KvOp> {
+        let mut ops: Vec<KvOp> = self.leave(seq, 0).into_iter().collect();
+        ops.push(self.discard(seq));
+        ops
     }
 
-    /// Empties sequence `seq` without recording it: what it holds is not worth keeping (a
-    /// failed decode, a prefix about to be replaced, an operation already recorded).
+    /// Empties sequence `seq` without offering it to the cache: what it holds is not worth
+    /// keeping (a failed decode, a prefix about to be replaced).
     pub fn discard(&mut self, seq: usize) -> KvOp {
         self.cut(seq, 0);
         KvOp::Clear { seq }
@@ -335,7 +332,7 @@ impl SlotTable {
         if active <= 1 {
             return Some(Room::Overflow { job });
         }
-        Some(Room::Park { job, op: self.clear(seq) })
+        Some(Room::Park { job, ops: self.clear(seq) })
     }
 }
 
@@ -504,9 +501,9 @@ mod tests {
     fn a_full_cache_evicts_the_least_recently_used_idle_sequence_first() {
         // 1 and 3 are idle and hold tokens, 1 released before 3; 2 is idle and empty.
         let mut t = table(&[&[1], &[2], &[], &[4]], &[true, false, false, false]);
-        assert_eq!(t.make_room(&[(7, 0)], 1), Some(Room::Evicted(KvOp::Clear { seq: 1 })));
+        assert_eq!(t.make_room(&[(7, 0)], 1), Some(Room::Evicted(vec![KvOp::Clear { seq: 1 }])));
         assert!(t.held(1).is_empty());
-        assert_eq!(t.make_room(&[(7, 0)], 1), Some(Room::Evicted(KvOp::Clear { seq: 3 })));
+        assert_eq!(t.make_room(&[(7, 0)], 1), Some(Room::Evicted(vec![KvOp::Clear { seq: 3 }])));
         assert_eq!(t.held(0), &[1], "the running request keeps its tokens");
     }
 
@@ -514,43 +511,54 @@ mod tests {
     fn a_full_cache_with_no_idle_tokens_parks_the_youngest_request() {
         let mut t = table(&[&[1, 1], &[2, 2], &[3, 3], &[]], &[true, true, true, false]);
         let batch = [(4, 0), (9, 2), (6, 1)];
-        assert_eq!(t.make_room(&batch, 3), Some(Room::Park { job: 9, op: KvOp::Clear { seq: 2 } }));
+        assert_eq!(t.make_room(&batch, 3), Some(Room::Park { job: 9, ops: vec![KvOp::Clear { seq: 2 }] }));
         assert!(t.held(2).is_empty());
         assert_eq!(t.held(0), &[1, 1]);
         assert_eq!(t.held(1), &[2, 2]);
     }
 
     #[test]
-    fn with_a_prompt_cache_what_leaves_a_sequence_is_recorded_before_it_goes() {
+    fn with_a_prompt_cache_what_leaves_a_sequence_is_offered_before_it_goes() {
         let long = seq(0..100);
         let mut t = table(&[&seq(200..300), &long, &seq(300..400)], &[false, false, false]);
         t.keep_from = 64;
-        // A different conversation takes the least recently used sequence: evicted, recorded.
+        // A different conversation takes the least recently used sequence: evicted, offered
+        // first, in the operations that evict it.
         let p = t.place(&seq(500..600), &[]).unwrap();
         assert_eq!(p.seq, 1, "0 holds the (empty) best prefix and is kept; 1 is the oldest of the others");
-        assert_eq!(t.take_leaving(), vec![(1, long.clone())]);
-        assert!(t.take_leaving().is_empty(), "taken once");
+        assert_eq!(p.ops[..2], [KvOp::Leave { seq: 1, tokens: long.clone() }, KvOp::Clear { seq: 1 }]);
+        assert_eq!(leaves(&p.ops), 1, "offered once");
         // Cutting a sequence by fewer than 64 tokens (the same conversation going on) is not.
         let mut t = table(&[&long], &[false]);
         t.keep_from = 64;
         let mut next = long[..90].to_vec();
         next.extend([7, 7]);
-        t.place(&next, &[]).unwrap();
-        assert!(t.take_leaving().is_empty());
-        // Cut by 64 or more (an engine switching conversations): recorded whole.
+        assert_eq!(leaves(&t.place(&next, &[]).unwrap().ops), 0);
+        // Cut by 64 or more (an engine switching conversations): offered whole, before the cut.
         let mut t = table(&[&long], &[false]);
         t.keep_from = 64;
-        t.place(&[0, 1, 2, 9, 9], &[]).unwrap();
-        assert_eq!(t.take_leaving(), vec![(0, long.clone())]);
-        // A failed request's sequence is never kept.
+        let p = t.place(&[0, 1, 2, 9, 9], &[]).unwrap();
+        assert_eq!(
+            p.ops,
+            [KvOp::Leave { seq: 0, tokens: long.clone() }, KvOp::Truncate { seq: 0, len: 3, source: None }]
+        );
+        // A failed request's sequence is never offered.
         let mut t = table(&[&long], &[true]);
         t.keep_from = 64;
-        t.release(0, true);
-        assert!(t.take_leaving().is_empty());
-        // Without a cache nothing is recorded.
+        assert_eq!(t.release(0, true), [KvOp::Clear { seq: 0 }]);
+        // An eviction to make room and a parked request's sequence are.
+        let mut t = table(&[&long, &seq(200..300)], &[false, true]);
+        t.keep_from = 64;
+        let room = t.make_room(&[(7, 1)], 1).unwrap();
+        assert_eq!(room, Room::Evicted(vec![KvOp::Leave { seq: 0, tokens: long.clone() }, KvOp::Clear { seq: 0 }]));
+        // Without a cache nothing is offered.
         let mut t = table(&[&long], &[false]);
-        t.clear(0);
-        assert!(t.take_leaving().is_empty());
+        assert_eq!(t.clear(0), [KvOp::Clear { seq: 0 }]);
+    }
+
+    /// How many of `ops` offer a sequence to the prompt cache.
+    fn leaves(ops: &[KvOp]) -> usize {
+        ops.iter().filter(|op| matches!(op, KvOp::Leave { .. })).count()
     }
 
     #[test]
@@ -562,13 +570,12 @@ mod tests {
     }
 
     #[test]
-    fn drafted_tokens_taken_back_leave_the_sequence_unrecorded() {
+    fn drafted_tokens_taken_back_are_not_offered_to_the_cache() {
         let long: Vec<Token> = (0..100).collect();
         let mut t = table(&[&long], &[true]);
         t.keep_from = 64;
         assert_eq!(t.rollback(0, 30), KvOp::Truncate { seq: 0, len: 30, source: None });
-        assert_eq!(t.held(0), &long[..30]);
-        assert!(t.take_leaving().is_empty(), "a draft is not a conversation to keep");
+        assert_eq!(t.held(0), &long[..30], "a draft is not a conversation to keep: no Leave");
     }
 
     /// A table of one sequence reusing as cold, with a tile of 8 rows: the first turn's prompt
@@ -588,9 +595,9 @@ mod tests {
     #[test]
     fn reusing_as_cold_a_sequence_keeps_only_its_tiled_cells_when_its_request_leaves() {
         let (mut t, turn) = as_cold_after_a_turn();
-        assert_eq!(t.release(0, false), vec![KvOp::Truncate { seq: 0, len: 20, source: None }]);
+        let ops = t.release(0, false);
+        assert_eq!(ops, vec![KvOp::Truncate { seq: 0, len: 20, source: None }], "not offered to the prompt cache");
         assert_eq!(t.held(0), &turn[..20], "the reply's cells go: the next turn reads them again");
-        assert!(t.take_leaving().is_empty(), "not kept in the prompt cache either");
         assert_eq!(t.settle(0), None, "nothing more to cut");
     }
 
@@ -607,12 +614,12 @@ mod tests {
         t.release(0, false);
         // A prompt that extends the kept cells by 2 tokens reads the last 8: 14 cached.
         let p = t.place(&turn[..22], &[]).unwrap();
-        assert_eq!(p.ops, vec![KvOp::Truncate { seq: 0, len: 14, source: None }]);
-        assert!(t.take_leaving().is_empty(), "the 6 tokens cut are read again, not lost");
+        let cut = vec![KvOp::Truncate { seq: 0, len: 14, source: None }];
+        assert_eq!(p.ops, cut, "the 6 tokens cut are read again, not lost: no Leave");
         t.release(0, false);
-        // Another conversation: what it does not share is recorded.
-        t.place(&seq(0..30), &[]).unwrap();
-        assert_eq!(t.take_leaving(), vec![(0, turn[..14].to_vec())]);
+        // Another conversation: what it held is offered to the cache before the cut.
+        let p = t.place(&seq(0..30), &[]).unwrap();
+        assert_eq!(p.ops[0], KvOp::Leave { seq: 0, tokens: turn[..14].to_vec() });
     }
 
     #[test]

@@ -167,14 +167,13 @@ impl Worker {
         self.resolve_prefixes(st);
     }
 
-    /// Applies the slot table's KV operations to the context's memory, in order; a cut
-    /// llama.cpp refuses is replaced by what the table says instead.
+    /// Applies the slot table's KV operations to the context's memory, in order: a sequence
+    /// leaving is offered to the prompt cache (caching.rs, `stash`) before the operation that
+    /// drops it; a cut llama.cpp refuses is replaced by what the table says instead.
     pub(super) fn apply(&self, slots: &mut SlotTable, ops: Vec<KvOp>) {
-        for (seq, tokens) in slots.take_leaving() {
-            self.stash(seq, tokens, false, slots);
-        }
         for op in ops {
             match op {
+                KvOp::Leave { seq, tokens } => self.stash(seq, tokens, false, slots),
                 KvOp::Clear { seq } => {
                     // SAFETY: live memory; removing a whole sequence never fails.
                     unsafe { sys::llama_memory_seq_rm(self.mem, seq as i32, -1, -1) };
@@ -503,16 +502,17 @@ impl Worker {
         let active = st.jobs.iter().filter(|j| j.state.is_active()).count();
         let batch: Vec<(u64, usize)> = entries.iter().map(|e| (e.job, e.slot)).collect();
         let Some(room) = st.slots.make_room(&batch, active) else { return };
-        let (job, op) = match room {
-            Room::Evicted(op) => (None, Some(op)),
-            Room::Park { job, op } => (Some(job), Some(op)),
+        let (job, ops) = match room {
+            Room::Evicted(ops) => (None, Some(ops)),
+            Room::Park { job, ops } => (Some(job), Some(ops)),
             Room::Overflow { job } => (Some(job), None),
         };
-        if let Some(op) = op {
-            self.apply(&mut st.slots, vec![op]);
+        let cleared = ops.is_some();
+        if let Some(ops) = ops {
+            self.apply(&mut st.slots, ops);
         }
         let Some(j) = job.and_then(|id| st.jobs.iter_mut().find(|j| j.id == id)) else { return };
-        if op.is_some() {
+        if cleared {
             j.state.park();
             return;
         }

@@ -131,6 +131,29 @@ pub fn malloc_in_use() -> u64 {
     (m.uordblks + m.hblkhd) as u64
 }
 
+/// Runs test `name` of this test binary again in a child process whose glibc keeps no
+/// per-thread cache of freed chunks (tcache): a leak check on [`malloc_in_use`] counts such
+/// chunks as in use, and a long-lived thread's cache fills slowly over thousands of requests
+/// (up to 7 chunks per size class), which reads as a leak of tens of bytes per request that is
+/// none. True in the parent once the child passed (it panics if the child failed); false in the
+/// child, which runs the test's body.
+pub fn rerun_without_thread_caches(name: &str) -> bool {
+    const CHILD: &str = "LLB_TEST_NO_TCACHE_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        return false;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads", "1"])
+        .env(CHILD, "1")
+        .env("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    print!("{text}");
+    assert!(out.status.success() && text.contains("1 passed"), "{name} failed in its child process");
+    true
+}
+
 /// The real-weights model at env var `var` (LLB_SMOLLM2, LLB_SMOLLM2_TOOLS, LLB_GEMMA3: test-all.sh
 /// sets them from scripts/smollm2.sh and scripts/gemma3.sh). Unset: None, and the test says it
 /// skipped, unless LLB_REQUIRE_REAL_WEIGHTS=1 (CI), where it fails.
