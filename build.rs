@@ -682,6 +682,7 @@ fn build_shim(manifest: &Path, src: &Path) {
         "native/shim.cpp",
         "native/isolate.cpp",
         "native/speculative.cpp",
+        "native/state.cpp",
         "native/rpc_guard.cpp",
         "native/rpc_guard.h",
         "native/guard.h",
@@ -697,6 +698,7 @@ fn build_shim(manifest: &Path, src: &Path) {
         .file(manifest.join("native/shim.cpp"))
         .file(manifest.join("native/isolate.cpp"))
         .file(manifest.join("native/speculative.cpp"))
+        .file(manifest.join("native/state.cpp"))
         .file(manifest.join("native/rpc_guard.cpp"))
         .include(manifest.join("native"))
         .opt_level(2)

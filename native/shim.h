@@ -244,6 +244,22 @@ void llb_shim_spec_free(llb_shim_spec *s);
  */
 int32_t llb_shim_context_reference_kernels(struct llama_context *ctx, int32_t on);
 
+/*
+ * A sequence's state out of a context (llb_shim_state_seq_get: the bytes of
+ * llama_state_seq_get_data_ext with flags 0) and back in (llb_shim_state_seq_set: as
+ * llama_state_seq_set_data_ext, which empties `seq` first), with the tensor copies grouped
+ * (native/state.cpp): the pieces of one K or V tensor that lie in a span not much longer than
+ * they are cross as one copy of the span (two going in: read, patched, written back). `mode`: 0
+ * copies each piece as llama.cpp does; 1 groups on buffers that are not host memory (a GPU's);
+ * 2 groups on every buffer (tests run the device path on the CPU). `copies` and `pieces` (each
+ * may be NULL) receive the tensor copies made and the pieces moved. Returns the state's size in
+ * bytes, 0 when llama.cpp refuses or fails (never throws).
+ */
+size_t llb_shim_state_seq_get(struct llama_context *ctx, int32_t seq, uint8_t *dst, size_t size, int32_t mode,
+                              size_t *copies, size_t *pieces);
+size_t llb_shim_state_seq_set(struct llama_context *ctx, int32_t seq, const uint8_t *src, size_t size,
+                              int32_t mode, size_t *copies, size_t *pieces);
+
 #ifdef __cplusplus
 }
 #endif

@@ -121,6 +121,10 @@ struct Model {
     last_draft_rows: usize,
     restores_skipped: u64,
     stashes_skipped: u64,
+    /// Tensor copies the state transfers took, and the pieces (cell ranges and cells) they
+    /// moved: grouped on a device, a copy or two per tensor for many pieces.
+    state_copies: u64,
+    state_pieces: u64,
     draft_tokens_cut: u64,
 }
 
@@ -173,6 +177,13 @@ impl Costs {
             let a = if m.state_bytes_per_token == 0.0 { 1.0 } else { ALPHA };
             m.state_bytes_per_token += a * (per - m.state_bytes_per_token);
         }
+    }
+
+    /// A state transfer took `copies` tensor copies for `pieces` pieces.
+    pub fn record_copies(&self, copies: usize, pieces: usize) {
+        let mut m = self.model();
+        m.state_copies += copies as u64;
+        m.state_pieces += pieces as u64;
     }
 
     /// Estimated ms to read `tokens` prompt tokens in chunks of `n_batch` (None: nothing
@@ -266,6 +277,8 @@ impl Costs {
             "state_out_mb_per_s": rate(&m.state_out),
             "state_in_mb_per_s": rate(&m.state_in),
             "disk_read_mb_per_s": rate(&m.disk_read),
+            "state_copies": m.state_copies,
+            "state_pieces": m.state_pieces,
             "came_back_share": ((m.came_back + 1.0) / (m.kept + 2.0) * 100.0).round() / 100.0,
             "restores_skipped": m.restores_skipped,
             "stashes_skipped": m.stashes_skipped,

@@ -70,3 +70,23 @@ pub(crate) fn site(site: &'static str) {
         panic!("llb fault injection: panic at {site}");
     }
 }
+
+/// Process-wide, not per thread (the scheduler's thread moves the states): a sequence's state
+/// crosses with its tensor copies grouped on every buffer, host memory included, as it does on a
+/// GPU's (native/state.cpp), so a test on the CPU runs the device path. The bytes are the same
+/// either way.
+#[doc(hidden)]
+pub fn group_state_copies_everywhere(on: bool) {
+    GROUP_EVERYWHERE.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+static GROUP_EVERYWHERE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The shim's grouping mode for state copies: 1 (on device buffers), 2 (everywhere).
+pub(crate) fn state_grouping() -> i32 {
+    if GROUP_EVERYWHERE.load(std::sync::atomic::Ordering::Relaxed) {
+        2
+    } else {
+        1
+    }
+}

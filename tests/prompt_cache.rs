@@ -310,3 +310,51 @@ fn child_writes_a_dir() {
         }
     }
 }
+
+/// Issue 41's fast state path, run on the CPU as it runs on a GPU (tensor copies grouped on
+/// every buffer): a pool's sequences, whose generated cells interleave in the unified KV cache,
+/// leave it as the cache fills and come back into the cells left free between the others. Each
+/// state crosses in fewer copies than it has pieces, and in replay mode every restored
+/// conversation gives its first reply again.
+#[test]
+fn a_pools_scattered_sequences_cross_in_grouped_copies_and_give_their_replies_again() {
+    llb::fault::group_state_copies_everywhere(true);
+    let m = model();
+    let pool = std::sync::Arc::new(
+        CPool::open(&json!({"model_path": m, "n_ctx": 2048, "n_parallel": 4, "n_threads": 1, "deterministic": true}))
+            .unwrap(),
+    );
+    let ask = |i: usize| {
+        let mut r = request(&[system(&format!("field{i}y"), 120), json!({"role": "user", "content": format!("Hi {i}")})]);
+        r["max_tokens"] = json!(24);
+        r
+    };
+    // Four at once, so that their replies' cells interleave; then four more, and the first four
+    // again: the KV cache holds about three of them, so each round evicts (and keeps) the one
+    // before.
+    let round = |from: usize| -> Vec<Value> {
+        let hs: Vec<_> = (from..from + 4)
+            .map(|i| {
+                let (p, r) = (pool.clone(), ask(i));
+                std::thread::spawn(move || p.infer(&r))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    };
+    let first = round(0);
+    round(4);
+    let again = round(0);
+    let restored: u64 = again.iter().map(|r| read_and_restored(r).1).sum();
+    for (i, (a, b)) in first.iter().zip(&again).enumerate() {
+        assert_eq!(content(a), content(b), "conversation {i}");
+    }
+    let stats = pool.stats();
+    let costs = &stats["cost_model"];
+    let (copies, pieces) = (costs["state_copies"].as_u64().unwrap(), costs["state_pieces"].as_u64().unwrap());
+    let pc = &stats["prompt_cache"];
+    assert!(restored > 2 * 500, "restored {restored}: {pc}");
+    // The KV cache holds three of the four at once: the fourth's state does not fit beside the
+    // running three, and is kept (refused for now), not deleted as if it were bad.
+    assert_eq!(pc["states_rejected"], 0, "{pc}");
+    assert!(pieces > 2 * copies, "{copies} copies for {pieces} pieces: not grouped ({costs})");
+}

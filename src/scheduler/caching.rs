@@ -34,9 +34,10 @@ impl Worker {
         }
         let t = Instant::now();
         // SAFETY: the worker's live context, on its thread.
-        let Some(state) = (unsafe { kv_state::read(self.ctx.0, seq) }) else { return };
+        let Some((state, moved)) = (unsafe { kv_state::read(self.ctx.0, seq) }) else { return };
         let took = t.elapsed();
         self.shared.costs.record_state(Transfer::Out, state.len(), tokens.len(), took.as_secs_f64() * 1e3);
+        self.shared.costs.record_copies(moved.copies, moved.pieces);
         if crate::debug::enabled() {
             eprintln!("[llb] prompt cache: kept {} tokens ({} bytes) in {took:?}", tokens.len(), state.len());
         }
@@ -90,14 +91,18 @@ impl Worker {
         let op = st.slots.discard(seq);
         self.apply(&mut st.slots, vec![op]);
         let t_in = Instant::now();
-        if let Err(why) = self.write_state(&mut st.slots, seq, &hit) {
-            // SAFETY: live memory; removing a whole sequence never fails.
-            unsafe { sys::llama_memory_seq_rm(self.mem, seq as i32, -1, -1) };
-            out.cached = 0;
-            out.warnings.push(why);
-            return out;
-        }
+        let moved = match self.write_state(&mut st.slots, seq, &hit) {
+            Ok(moved) => moved,
+            Err(why) => {
+                // SAFETY: live memory; removing a whole sequence never fails.
+                unsafe { sys::llama_memory_seq_rm(self.mem, seq as i32, -1, -1) };
+                out.cached = 0;
+                out.warnings.push(why);
+                return out;
+            }
+        };
         costs.record_state(Transfer::In, hit.state.len(), hit.tokens.len(), t_in.elapsed().as_secs_f64() * 1e3);
+        costs.record_copies(moved.copies, moved.pieces);
         costs.came_back();
         st.slots.restored(seq, &hit.tokens[..hit.n]);
         st.jobs[ji].probation = Some(Origin { tokens: hit.tokens.clone(), file: hit.file.clone() });
@@ -125,22 +130,30 @@ impl Worker {
 
     /// Writes `hit`'s state into the empty sequence `seq`, checks its positions and cuts it after
     /// the prompt's prefix; with no room for it in the KV cache, evicts idle sequences (least
-    /// recently used first) and tries again. Err: the warning to report (the state was deleted
-    /// where it is bad, not where the context is too full for it).
-    fn write_state(&self, slots: &mut super::SlotTable, seq: usize, hit: &Hit) -> Result<(), String> {
-        loop {
+    /// recently used first) and tries again. Ok: what the write moved; Err: the warning to
+    /// report (the state was deleted where it is bad, not where the context is too full for it).
+    fn write_state(&self, slots: &mut super::SlotTable, seq: usize, hit: &Hit) -> Result<kv_state::Moved, String> {
+        let moved = loop {
             // SAFETY: the worker's live context, on its thread; `seq` is empty.
-            if unsafe { kv_state::write(self.ctx.0, seq, &hit.state) } {
-                break;
+            if let Some(moved) = unsafe { kv_state::write(self.ctx.0, seq, &hit.state) } {
+                break moved;
             }
+            let n_ctx = self.shared.config.n_ctx as usize;
             match slots.make_room(&[], 0) {
                 Some(super::slots::Room::Evicted(ops)) => self.apply(slots, ops),
-                _ if hit.tokens.len() >= self.shared.config.n_ctx as usize => {
+                _ if hit.tokens.len() >= n_ctx => {
                     self.shared.cache.refused();
                     return Err(format!(
-                        "prompt cache: a cached state of {} tokens does not fit this context (n_ctx {}): the prompt is read",
+                        "prompt cache: a cached state of {} tokens does not fit this context (n_ctx {n_ctx}): the prompt is read",
                         hit.tokens.len(),
-                        self.shared.config.n_ctx
+                    ));
+                }
+                // Running requests hold the cells it needs: the state is good, kept for later.
+                _ if slots.tokens_held().iter().sum::<usize>() + hit.tokens.len() > n_ctx => {
+                    self.shared.cache.refused();
+                    return Err(format!(
+                        "prompt cache: a cached state of {} tokens does not fit beside the running requests now: the prompt is read",
+                        hit.tokens.len(),
                     ));
                 }
                 _ => {
@@ -148,7 +161,7 @@ impl Worker {
                     return Err(refused(hit, "llama.cpp refused it"));
                 }
             }
-        }
+        };
         // SAFETY: live memory and sequence.
         let (lo, hi) = unsafe {
             (sys::llama_memory_seq_pos_min(self.mem, seq as i32), sys::llama_memory_seq_pos_max(self.mem, seq as i32))
@@ -164,7 +177,7 @@ impl Worker {
                 hit.n
             ));
         }
-        Ok(())
+        Ok(moved)
     }
 
     /// A decode failed (`why`): requests in it whose sequence was just restored read their

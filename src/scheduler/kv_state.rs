@@ -3,36 +3,67 @@
 
 use crate::sys;
 
+/// What one state transfer moved: its bytes, and the tensor copies it took for its pieces (one
+/// per piece on llama.cpp's path; one or two per tensor where native/state.cpp groups them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Moved {
+    pub copies: usize,
+    pub pieces: usize,
+}
+
 /// The state of sequence `seq` (its KV cells and positions), or None when llama.cpp gives none.
 ///
 /// # Safety
 /// `ctx` is a live context used by no other thread during the call.
-pub(super) unsafe fn read(ctx: *mut sys::llama_context, seq: usize) -> Option<Vec<u8>> {
+pub(super) unsafe fn read(ctx: *mut sys::llama_context, seq: usize) -> Option<(Vec<u8>, Moved)> {
     // SAFETY: the caller's live context; `seq` is one of its sequences.
     let size = unsafe { sys::llama_state_seq_get_size_ext(ctx, seq as i32, 0) };
     if size == 0 {
         return None;
     }
     let mut buf = vec![0u8; size];
-    // SAFETY: `buf` holds `size` bytes; llama.cpp writes at most that many (errors caught
-    // inside llama_context::state_seq_get_data: 0).
-    let n = unsafe { sys::llama_state_seq_get_data_ext(ctx, buf.as_mut_ptr(), size, seq as i32, 0) };
+    let mut m = Moved::default();
+    // SAFETY: `buf` holds `size` bytes; the shim writes at most that many and catches every
+    // exception (0).
+    let n = unsafe {
+        sys::llb_shim_state_seq_get(
+            ctx,
+            seq as i32,
+            buf.as_mut_ptr(),
+            size,
+            crate::fault::state_grouping(),
+            &mut m.copies,
+            &mut m.pieces,
+        )
+    };
     (n > 0).then(|| {
         buf.truncate(n);
-        buf
+        (buf, m)
     })
 }
 
-/// Puts `state` (from [`read`]) into sequence `seq`, which llama.cpp empties first. False when
+/// Puts `state` (from [`read`]) into sequence `seq`, which llama.cpp empties first. None when
 /// it refuses: another model's or layout's state, malformed bytes, or no room in the cache (the
 /// sequence is then empty).
 ///
 /// # Safety
 /// As for [`read`].
-pub(super) unsafe fn write(ctx: *mut sys::llama_context, seq: usize, state: &[u8]) -> bool {
-    // SAFETY: the caller's live context; llama.cpp reads at most `state.len()` bytes and catches
-    // its own errors on this path (llama_context::state_seq_set_data: 0).
-    unsafe { sys::llama_state_seq_set_data_ext(ctx, state.as_ptr(), state.len(), seq as i32, 0) > 0 }
+pub(super) unsafe fn write(ctx: *mut sys::llama_context, seq: usize, state: &[u8]) -> Option<Moved> {
+    let mut m = Moved::default();
+    // SAFETY: the caller's live context; the shim reads at most `state.len()` bytes and catches
+    // every exception (0).
+    let n = unsafe {
+        sys::llb_shim_state_seq_set(
+            ctx,
+            seq as i32,
+            state.as_ptr(),
+            state.len(),
+            crate::fault::state_grouping(),
+            &mut m.copies,
+            &mut m.pieces,
+        )
+    };
+    (n > 0).then_some(m)
 }
 
 /// llama.cpp's magic at the start of a sequence's state (llama-context.cpp, `io_magic`).

@@ -290,6 +290,28 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub fn llb_shim_context_reference_kernels(ctx: *mut llama_context, on: i32) -> i32;
 }
+unsafe extern "C" {
+    pub fn llb_shim_state_seq_get(
+        ctx: *mut llama_context,
+        seq: i32,
+        dst: *mut u8,
+        size: usize,
+        mode: i32,
+        copies: *mut usize,
+        pieces: *mut usize,
+    ) -> usize;
+}
+unsafe extern "C" {
+    pub fn llb_shim_state_seq_set(
+        ctx: *mut llama_context,
+        seq: i32,
+        src: *const u8,
+        size: usize,
+        mode: i32,
+        copies: *mut usize,
+        pieces: *mut usize,
+    ) -> usize;
+}
 pub type FILE = _IO_FILE;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
