@@ -161,16 +161,24 @@ void report(const counts & n, size_t * copies, size_t * pieces) {
     }
 }
 
+// The context's memory, synchronized (a device's queued work done), or null.
+llama_memory_t ready(llama_context * ctx, const void * buf) {
+    llama_memory_t mem = ctx && buf ? llama_get_memory(ctx) : nullptr;
+    if (mem) {
+        llama_synchronize(ctx);
+    }
+    return mem;
+}
+
 }  // namespace
 
 extern "C" size_t llb_shim_state_seq_get(struct llama_context * ctx, int32_t seq, uint8_t * dst, size_t size,
                                          int32_t mode, size_t * copies, size_t * pieces) {
     try {
-        llama_memory_t mem = ctx ? llama_get_memory(ctx) : nullptr;
-        if (!mem || !dst) {
+        llama_memory_t mem = ready(ctx, dst);
+        if (!mem) {
             return 0;
         }
-        llama_synchronize(ctx);
         writer io(dst, size);
         io.write(&IO_MAGIC, sizeof(IO_MAGIC));
         io.write(&seq, sizeof(seq));
@@ -185,11 +193,10 @@ extern "C" size_t llb_shim_state_seq_get(struct llama_context * ctx, int32_t seq
 extern "C" size_t llb_shim_state_seq_set(struct llama_context * ctx, int32_t seq, const uint8_t * src, size_t size,
                                          int32_t mode, size_t * copies, size_t * pieces) {
     try {
-        llama_memory_t mem = ctx ? llama_get_memory(ctx) : nullptr;
-        if (!mem || !src) {
+        llama_memory_t mem = ready(ctx, src);
+        if (!mem) {
             return 0;
         }
-        llama_synchronize(ctx);
         reader io(src, size);
         uint32_t magic = 0;
         int32_t from = 0;

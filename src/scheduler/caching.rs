@@ -133,27 +133,26 @@ impl Worker {
     /// recently used first) and tries again. Ok: what the write moved; Err: the warning to
     /// report (the state was deleted where it is bad, not where the context is too full for it).
     fn write_state(&self, slots: &mut super::SlotTable, seq: usize, hit: &Hit) -> Result<kv_state::Moved, String> {
+        let n_ctx = self.shared.config.n_ctx as usize;
         let moved = loop {
             // SAFETY: the worker's live context, on its thread; `seq` is empty.
             if let Some(moved) = unsafe { kv_state::write(self.ctx.0, seq, &hit.state) } {
                 break moved;
             }
-            let n_ctx = self.shared.config.n_ctx as usize;
+            // With no idle sequence left to evict, a state too long for the context, or for
+            // what the running requests leave of it, is good and stays cached.
+            let running: usize = slots.tokens_held().iter().sum();
             match slots.make_room(&[], 0) {
                 Some(super::slots::Room::Evicted(ops)) => self.apply(slots, ops),
-                _ if hit.tokens.len() >= n_ctx => {
+                _ if hit.tokens.len() >= n_ctx || running + hit.tokens.len() > n_ctx => {
                     self.shared.cache.refused();
+                    let room = match hit.tokens.len() >= n_ctx {
+                        true => format!("this context (n_ctx {n_ctx})"),
+                        false => "beside the running requests now".to_string(),
+                    };
                     return Err(format!(
-                        "prompt cache: a cached state of {} tokens does not fit this context (n_ctx {n_ctx}): the prompt is read",
-                        hit.tokens.len(),
-                    ));
-                }
-                // Running requests hold the cells it needs: the state is good, kept for later.
-                _ if slots.tokens_held().iter().sum::<usize>() + hit.tokens.len() > n_ctx => {
-                    self.shared.cache.refused();
-                    return Err(format!(
-                        "prompt cache: a cached state of {} tokens does not fit beside the running requests now: the prompt is read",
-                        hit.tokens.len(),
+                        "prompt cache: a cached state of {} tokens does not fit {room}: the prompt is read",
+                        hit.tokens.len()
                     ));
                 }
                 _ => {
