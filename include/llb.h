@@ -32,6 +32,13 @@
  * Failure containment
  *   - No Rust panic and no C++ exception crosses this boundary: they come back as `internal`
  *     errors, and the host process keeps running.
+ *
+ * Process exit
+ *   - Destroy every engine and pool before the process calls exit(). An engine's scheduler
+ *     thread may still be at work after a request returns (a cancelled request's last step, a
+ *     leaving conversation offered to the prompt cache), and exit() destroys llama.cpp's C++
+ *     statics under it (as it would under any thread still inside llama.cpp). _exit() and
+ *     quick_exit() destroy nothing and are safe.
  */
 
 #ifndef LLB_H
