@@ -51,14 +51,18 @@ fn pool(model: &PathBuf, n: usize, cache: Value) -> Pool {
     p
 }
 
-/// Tokens/s of one wave of `reqs` on `p`.
-fn wave(p: &Pool, reqs: &[String]) -> f64 {
+/// Tokens/s of one wave of `reqs` on `p`, and the share of its prompt tokens the pool did not
+/// have to read (`cached_tokens` / `prompt_tokens`).
+fn wave(p: &Pool, reqs: &[String]) -> (f64, f64) {
     let t = Instant::now();
-    let tokens: u64 = std::thread::scope(|s| {
+    let usage: Vec<Value> = std::thread::scope(|s| {
         let handles: Vec<_> = reqs.iter().map(|r| s.spawn(|| p.infer(r, &|_| true).unwrap())).collect();
-        handles.into_iter().map(|h| h.join().unwrap()["usage"]["completion_tokens"].as_u64().unwrap()).sum()
+        handles.into_iter().map(|h| h.join().unwrap()["usage"].clone()).collect()
     });
-    tokens as f64 / t.elapsed().as_secs_f64()
+    let sum = |f: &dyn Fn(&Value) -> &Value| usage.iter().map(|u| f(u).as_u64().unwrap()).sum::<u64>() as f64;
+    let tokens = sum(&|u| &u["completion_tokens"]);
+    let cached = sum(&|u| &u["prompt_tokens_details"]["cached_tokens"]) / sum(&|u| &u["prompt_tokens"]).max(1.0);
+    (tokens / t.elapsed().as_secs_f64(), cached)
 }
 
 /// Waves of the same 64 requests on a pool of 8 and of 64, the default config's pool and one
@@ -85,12 +89,17 @@ fn pools(model: &PathBuf) {
                 on.push(wave(&on_pool, &reqs));
             }
         }
-        let fmt = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" / ");
-        let warm = on[1..].iter().sum::<f64>() / off[1..].iter().sum::<f64>();
+        let fmt = |v: &[(f64, f64)]| v.iter().map(|x| format!("{:.0}", x.0)).collect::<Vec<_>>().join(" / ");
+        let warm = on[1..].iter().map(|x| x.0).sum::<f64>() / off[1..].iter().map(|x| x.0).sum::<f64>();
         println!("(1) pool of {n}: waves {} tok/s default, {} with ram_bytes 0: warm waves {warm:.3}x (goal >= 0.97)", fmt(&on), fmt(&off));
+        let shares = |v: &[(f64, f64)]| v.iter().map(|x| format!("{:.0}%", x.1 * 100.0)).collect::<Vec<_>>().join(" / ");
+        println!("    prompt tokens not read (cached): {} default, {} with ram_bytes 0", shares(&on), shares(&off));
         let stats = on_pool.stats();
         let pc = &stats["prompt_cache"];
         println!("    prompt cache: stored {}, hits {}, restored tokens {}; cost model: {}", pc["stored"], pc["hits_ram"], pc["restored_tokens"], stats["cost_model"]);
+        // Each pool learns its own draft decisions: how far they went apart explains much of a
+        // run's spread between two pools doing the same work.
+        println!("    speculation: default {}; ram_bytes 0 {}", stats["speculative"], off_pool.stats()["speculative"]);
     }
 }
 
