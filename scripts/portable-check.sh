@@ -96,6 +96,17 @@ for p in $staged_platforms; do
   max=$(llb_release_check_glibc "$native/$p")
   echo "portable-check: $p: newest glibc symbol version GLIBC_$max (floor $LLB_GLIBC_FLOOR), no libstdc++: ok"
 done
+# x86-64's CPU modules carry llamafile's sgemm.cpp compiled by the host's g++
+# (native/ggml-dl/cxx-launcher.sh: zig's clang made the release library ~8% slower to decode),
+# which leaves gcc's mark in the module's .comment section beside clang's.
+case " $staged_platforms " in *" linux-x86_64 "*)
+  if command -v g++ >/dev/null; then
+    for m in "$native"/linux-x86_64/libggml-cpu-*.so; do
+      readelf -p .comment "$m" | grep -q 'GCC:' || { echo "portable-check: $(basename "$m") has no object from g++: sgemm.cpp went to zig's clang" >&2; exit 1; }
+    done
+    echo "portable-check: linux-x86_64: every CPU module's sgemm.cpp compiled by g++: ok"
+  fi ;;
+esac
 
 # --- fixtures: the random-weight models the C smoke tests use -----------------------------------
 work="$LLB_RELEASE_CACHE/check"

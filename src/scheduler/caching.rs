@@ -146,9 +146,10 @@ impl Worker {
                 Some(super::slots::Room::Evicted(ops)) => self.apply(slots, ops),
                 _ if hit.tokens.len() >= n_ctx || running + hit.tokens.len() > n_ctx => {
                     self.shared.cache.refused();
-                    let room = match hit.tokens.len() >= n_ctx {
-                        true => format!("this context (n_ctx {n_ctx})"),
-                        false => "beside the running requests now".to_string(),
+                    let room = if hit.tokens.len() >= n_ctx {
+                        format!("this context (n_ctx {n_ctx})")
+                    } else {
+                        "beside the running requests now".to_string()
                     };
                     return Err(format!(
                         "prompt cache: a cached state of {} tokens does not fit {room}: the prompt is read",
