@@ -53,15 +53,18 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- the libraries: cached by the hash of their inputs ----------------------------------------
+# The tools first (zig, cargo-zigbuild, each platform's Rust standard library): the key names the
+# compilers, and the checks below use zig.
+llb_release_tools
 key=$( { git ls-files -z -- src native build.rs Cargo.toml Cargo.lock cbindgen.toml include scripts/release-lib.sh \
            | grep -zv '^native/llama.cpp/' | xargs -0 sha256sum
          echo "zig $LLB_ZIG_VERSION cargo-zigbuild $LLB_ZIGBUILD_VERSION $(rustc -V) $PLATFORMS"
+         for p in $PLATFORMS; do r=$(llb_release_rustc "$(llb_triple "$p")"); [ -z "$r" ] || "$r" -V; done
          echo "variants: $VARIANTS_X86_64 / $VARIANTS_AARCH64"; } | sha256sum | cut -c1-16)
 staged="$LLB_RELEASE_CACHE/staged/$key"
 if [ -f "$staged/ok" ]; then
   echo "portable-check: release libraries cached ($staged)"
 else
-  llb_release_tools
   mkdir -p "$staged/native"
   complete=1 cold_built=0
   for p in $PLATFORMS; do
@@ -116,7 +119,6 @@ if [ ! -x "$cli" ]; then
   # No default build here (CI has one: test-all.sh): the CLI of the release build, which reuses
   # its CMake build and cargo directory.
   echo "portable-check: building the llb CLI for the fixtures" >&2
-  llb_release_tools
   llb_release_build linux-x86_64 "$VARIANTS_X86_64" --bin llb
   cli="$LLB_RELEASE_CACHE/cargo/x86_64-unknown-linux-gnu/release/llb"
 fi
@@ -170,7 +172,6 @@ esac
 
 # --- 3. aarch64 under qemu ------------------------------------------------------------------------
 case " $staged_platforms " in *" linux-aarch64 "*)
-  llb_release_tools >/dev/null
   d="$work/aarch64" && rm -rf "$d" && mkdir -p "$d"
   for prog in smoke:tests/c/smoke.c chat_smoke:tests/c/chat_smoke.c variant:"$work/variant.c"; do
     zig cc -target aarch64-linux-gnu.2.28 -std=c11 -O1 -I include "${prog#*:}" -L "$native/linux-aarch64" -lllb \

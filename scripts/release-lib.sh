@@ -1,8 +1,9 @@
 # Sourced by scripts/release-jar.sh and scripts/portable-check.sh: the steps of a portable release
 # build (docs/release.md). Nothing here runs on its own.
 #
-#   llb_release_tools            zig (PyPI ziglang), cargo-zigbuild, the rustup targets; installed
-#                                under $LLB_RELEASE_CACHE/tools when missing, pinned versions
+#   llb_release_tools            zig (PyPI ziglang), cargo-zigbuild, the rustup targets (or Debian's
+#                                rustc-web for a target rustup cannot fetch); installed under
+#                                $LLB_RELEASE_CACHE/tools when missing, pinned versions
 #   llb_release_build PLATFORM   cargo zigbuild of libllb with LLB_CPU_VARIANTS=1 for glibc 2.28
 #   llb_release_stage PLATFORM DIR   DIR/PLATFORM/: libllb.so, ggml's libraries, the CPU modules,
 #                                files.list (what the Java loader extracts)
@@ -47,11 +48,65 @@ llb_release_tools() {
     fi
     export PATH="$zbdir/bin:$PATH"
   fi
-  local p t
+  local p
   for p in ${LLB_RELEASE_PLATFORMS:-linux-x86_64 linux-aarch64}; do
-    t=$(llb_triple "$p")
-    rustup target list --installed | grep -qx "$t" || rustup target add "$t" >&2
+    llb_release_rust_target "$(llb_triple "$p")" || return 1
   done
+}
+
+# The Rust standard library for TRIPLE: rustup's; where rustup cannot fetch it (a machine that
+# reaches the package registries but not rustup's server, as CI's), Debian's rustc-web with its
+# standard library for TRIPLE, unpacked under $LLB_RELEASE_CACHE/tools/rust-debian
+# (llb_release_build then compiles that platform with it).
+llb_release_rust_target() {
+  local t=$1
+  rustup target list --installed 2>/dev/null | grep -x "$t" >/dev/null && return 0
+  rustup target add "$t" >&2 && return 0
+  [ -x "$(llb_debian_rustc "$t")" ] && return 0
+  echo "release: rustup cannot add $t here; using Debian's rustc-web and its $t standard library" >&2
+  llb_debian_rustc_install "$t"
+}
+
+# The compiler for TRIPLE: empty for rustup's (it has the target), else Debian's.
+llb_release_rustc() {
+  rustup target list --installed 2>/dev/null | grep -x "$1" >/dev/null || llb_debian_rustc "$1" || true
+}
+
+# The Debian rustc (a wrapper script) that has TRIPLE's standard library, when one is unpacked.
+llb_debian_rustc() {
+  local dir="$LLB_RELEASE_CACHE/tools/rust-debian"
+  [ -d "$dir/root/usr/lib/rustlib/$1" ] && echo "$dir/rustc"
+}
+
+llb_debian_rustc_install() {
+  local t=$1 arch dir="$LLB_RELEASE_CACHE/tools/rust-debian" sudo v std deps tmp f
+  case "$t" in aarch64-*) arch=arm64 ;; *) arch=amd64 ;; esac
+  sudo=$( [ "$(id -u)" = 0 ] || echo sudo )
+  export DEBIAN_FRONTEND=noninteractive
+  if [ $arch != amd64 ] && ! dpkg --print-foreign-architectures | grep -qx $arch; then
+    $sudo dpkg --add-architecture $arch
+  fi
+  $sudo apt-get update -qq
+  v=$(apt-cache policy rustc-web | sed -n 's/^ *Candidate: //p')
+  case "$v" in '' | '(none)') echo "release: Debian's archive has no rustc-web here" >&2; return 1 ;; esac
+  # rustc's own library (librustc_driver) and what it needs from the system (LLVM), by the archive's
+  # own dependency list.
+  std=$(apt-cache show "libstd-rust-web-dev=$v" | sed -n 's/^Depends: \(libstd-rust-web-[0-9.]*\) .*/\1/p' | head -1)
+  deps=$(apt-cache show "$std=$v" | sed -n 's/^Depends: //p' | head -1 | tr ',' '\n' | sed 's/[(|].*//' | xargs)
+  $sudo apt-get install -y -qq --no-install-recommends $deps >/dev/null
+  tmp=$(mktemp -d) && chmod 755 "$tmp"
+  (cd "$tmp" && apt-get download -qq rustc-web="$v" "$std=$v" libstd-rust-web-dev="$v" "libstd-rust-web-dev:$arch=$v" 2>&1 \
+    | grep -v unsandboxed >&2 || true)
+  rm -rf "$dir" && mkdir -p "$dir/root"
+  for f in "$tmp"/*.deb; do dpkg -x "$f" "$dir/root"; done
+  rm -rf "$tmp"
+  # rustc finds its standard libraries from its own path (root/usr); librustc_driver is beside them.
+  cat > "$dir/rustc" <<EOS
+#!/bin/sh
+LD_LIBRARY_PATH="$dir/root/usr/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$dir/root/usr/bin/rustc" "\$@"
+EOS
+  chmod +x "$dir/rustc"
+  "$dir/rustc" -V >&2 && [ -d "$dir/root/usr/lib/rustlib/$t" ]
 }
 
 # The build script's output for the last build of TRIPLE: the ggml directory it linked against.
@@ -68,13 +123,14 @@ llb_ggml_dir() {
 # only those CPU modules (scripts/portable-check.sh in CI); empty, every one (the release jar).
 # CARGO ARGS default to --lib (--bin llb: the CLI, against the same build).
 llb_release_build() {
-  local platform=$1 variants=${2:-} triple
+  local platform=$1 variants=${2:-} triple rustc
   shift; shift || true
   [ $# -gt 0 ] || set -- --lib
   triple=$(llb_triple "$platform")
-  echo "release: building $platform ($triple, glibc $LLB_GLIBC_FLOOR, CPU modules: ${variants:-all})" >&2
+  rustc=$(llb_release_rustc "$triple")
+  echo "release: building $platform ($triple, glibc $LLB_GLIBC_FLOOR, CPU modules: ${variants:-all}${rustc:+, rustc-web from Debian})" >&2
   # zig's libc++ is linked into each library (CXXSTDLIB=c++): no libstdc++ version to match.
-  CARGO_TARGET_DIR="$LLB_RELEASE_CACHE/cargo" LLB_LLAMA_BUILD_DIR="$LLB_RELEASE_LLAMA_DIR" \
+  env ${rustc:+RUSTC=$rustc} CARGO_TARGET_DIR="$LLB_RELEASE_CACHE/cargo" LLB_LLAMA_BUILD_DIR="$LLB_RELEASE_LLAMA_DIR" \
     LLB_CPU_VARIANTS=1 LLB_CPU_VARIANT_LIST="$variants" CXXSTDLIB=c++ \
     nice -n "${LLB_RELEASE_NICE:-10}" cargo zigbuild -q --release "$@" --target "$triple.$LLB_GLIBC_FLOOR"
 }
