@@ -18,10 +18,12 @@
 #                    RTX 20), Ampere (A100, A10, RTX 30), Ada (L4, L40S, RTX 40), Hopper (H100,
 #                    H200) as machine code, and PTX that newer cards (Blackwell) compile at first load
 #   LLB_RELEASE_OUT  default target/release-jar
-#   CUDA_PATH        default /usr/local/cuda
+#   CUDA_PATH        default /usr/local/cuda (a machine without a toolkit: scripts/cuda-toolkit-pypi.sh,
+#                    a build check)
 #
 # The machine that runs the jar needs the NVIDIA driver and the CUDA runtime libraries of the
-# toolkit major version it was built with (libcudart.so.12, libcublas.so.12, libcublasLt.so.12):
+# toolkit major version it was built with (libcudart.so.12, libcublas.so.12, libcublasLt.so.12
+# for CUDA 12; .so.13 for 13):
 # the jar does not carry them. Without them ggml's CUDA module does not load, llb runs on the CPU
 # module, and Llb.version() says why.
 set -euo pipefail

@@ -1,5 +1,6 @@
 package dev.llb;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
@@ -76,8 +77,10 @@ final class LibraryLoader {
 
     /**
      * After a {@code -cuda} folder loaded: when ggml has no CUDA backend after all (its module
-     * needs the CUDA runtime libraries, which the jar does not carry), the one warning says so and
-     * why ({@code llb_version}'s {@code cpu.module_errors}), and {@link #loaded()} keeps it.
+     * needs the CUDA runtime libraries, which the jar does not carry), or the backend found no GPU
+     * (the driver refused: older than the CUDA runtime needs, or no GPU visible to the process), the
+     * one warning says so and why ({@code llb_version}'s {@code cpu.module_errors}, its
+     * {@code devices}), and {@link #loaded()} keeps it.
      */
     static void checkCudaBackend(VersionInfo v) {
         Loaded l = loaded;
@@ -89,14 +92,34 @@ final class LibraryLoader {
     }
 
     static String cudaBackendNote(String platform, VersionInfo v) {
-        if (platform == null || !platform.endsWith(CUDA_SUFFIX) || v.backends().contains("CUDA")) {
+        if (platform == null || !platform.endsWith(CUDA_SUFFIX)) {
             return null;
+        }
+        if (v.backends().contains("CUDA")) {
+            return hasGpu(v) ? null : "llb: the CUDA library " + platform + " loaded but ggml's CUDA backend found no GPU"
+                    + " (the NVIDIA driver failed to initialize CUDA: a driver older than this build's CUDA runtime,"
+                    + " or no GPU visible to this process); running on the CPU";
         }
         List<String> why = new ArrayList<>();
         Json.parse(v.json()).path("cpu").path("module_errors").forEach(e -> why.add(e.asText()));
         return "llb: the CUDA library " + platform + " loaded but ggml has no CUDA backend ("
                 + (why.isEmpty() ? "no libggml-cuda.so beside libllb" : String.join("; ", why))
                 + "); running on the CPU";
+    }
+
+    /** Whether {@code llb_version} lists a GPU among its devices (true when it has no device list). */
+    private static boolean hasGpu(VersionInfo v) {
+        JsonNode devices = Json.parse(v.json()).path("devices");
+        if (!devices.isArray()) {
+            return true;
+        }
+        for (JsonNode d : devices) {
+            String type = d.path("type").asText();
+            if (type.equals("gpu") || type.equals("igpu")) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** Probes the NVIDIA driver: null when it is there, else why not. */

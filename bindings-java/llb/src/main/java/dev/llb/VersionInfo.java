@@ -20,7 +20,8 @@ import java.util.List;
  *     release build ({@code haswell}, {@code skylakex}, {@code sse42}, ... on x86-64;
  *     {@code armv8.2_1}, ... on aarch64), or {@code built-in} for a library built for one CPU level
  * @param backends ggml's backends in this process ({@code CPU}; {@code CUDA}, {@code RPC}, ...)
- * @param loaderNote why a CUDA library on the class path was not used (null when none was skipped)
+ * @param loaderNote why a CUDA library on the class path was not used, or gave no GPU (null when
+ *     neither)
  * @param json the {@code version} JSON as llb returned it
  */
 public record VersionInfo(String llb, int abi, String llamaCppCommit, String chatStack, String llamaCppSource,

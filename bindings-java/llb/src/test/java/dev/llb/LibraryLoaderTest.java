@@ -263,6 +263,24 @@ class LibraryLoaderTest {
     }
 
     @Test
+    void aCudaBackendWithoutAGpuSaysSo() {
+        // What llb_version gives when libggml-cuda loads but the driver refuses CUDA (checked for
+        // real by scripts/cuda-jar-check.sh): the backend is there, its device list is not.
+        String cpu = "{\"name\":\"CPU\",\"description\":\"AMD EPYC\",\"type\":\"cpu\"}";
+        String gpu = "{\"name\":\"CUDA0\",\"description\":\"NVIDIA H100\",\"type\":\"gpu\"}";
+        String json = "{\"type\":\"version\",\"backends\":[\"CUDA\",\"CPU\",\"RPC\"],"
+                + "\"cpu\":{\"variant\":\"haswell\",\"module_errors\":[]},\"devices\":[%s]}";
+        LibraryLoader.Loaded cuda = new LibraryLoader.Loaded("linux-x86_64-cuda", "bundled", null);
+        VersionInfo noGpu = VersionInfo.parse(json.formatted(cpu), cuda);
+        assertEquals("llb: the CUDA library linux-x86_64-cuda loaded but ggml's CUDA backend found no GPU (the NVIDIA"
+                + " driver failed to initialize CUDA: a driver older than this build's CUDA runtime, or no GPU visible"
+                + " to this process); running on the CPU", LibraryLoader.cudaBackendNote("linux-x86_64-cuda", noGpu));
+        assertEquals(null, LibraryLoader.cudaBackendNote("linux-x86_64", noGpu));
+        VersionInfo withGpu = VersionInfo.parse(json.formatted(gpu + "," + cpu), cuda);
+        assertEquals(null, LibraryLoader.cudaBackendNote("linux-x86_64-cuda", withGpu));
+    }
+
+    @Test
     void theDriverProbeNamesLibcuda() {
         try (Arena arena = Arena.ofConfined()) {
             String problem = LibraryLoader.CUDA_DRIVER.problem(arena);
