@@ -24,13 +24,21 @@ fixture=$work/bench-llama-spm-nemo-0.3g.gguf
 cli="${LLB_CLI:-$ROOT/target/release/llb}"
 [ -f "$fixture" ] || "$cli" fixture --vocab llama-spm --template mistralai-Mistral-Nemo-Instruct-2407 --size 0.3g --out "$fixture" >/dev/null
 rounds=${LLB_BENCH_ROUNDS:-3}
-a=() b=()
+a=() b=() r=()
 for i in $(seq "$rounds"); do
-  read -r ra va < <("$work/decode" "$native" "$fixture" 5)
-  read -r rb vb < <("$work/decode" "$release" "$fixture" 5)
-  echo "round $i: native $ra tok/s ($va), release $rb tok/s ($vb)"
-  a+=("$ra") b+=("$rb")
+  # Each round runs both, the first one alternating, so that a drift of the machine within a
+  # round favours neither.
+  if [ $((i % 2)) = 1 ]; then
+    read -r ra va < <("$work/decode" "$native" "$fixture" 5)
+    read -r rb vb < <("$work/decode" "$release" "$fixture" 5)
+  else
+    read -r rb vb < <("$work/decode" "$release" "$fixture" 5)
+    read -r ra va < <("$work/decode" "$native" "$fixture" 5)
+  fi
+  ri=$(awk -v x="$rb" -v y="$ra" 'BEGIN {printf "%.3f", x / y}')
+  echo "round $i: native $ra tok/s ($va), release $rb tok/s ($vb), ratio $ri"
+  a+=("$ra") b+=("$rb") r+=("$ri")
 done
-med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 ma=$(med "${a[@]}") mb=$(med "${b[@]}")
-echo "decode tok/s, median of $rounds rounds: native build $ma, release build (runtime CPU variant $vb) $mb -> ratio $(awk -v x="$mb" -v y="$ma" 'BEGIN {printf "%.3f", x / y}')"
+echo "decode tok/s, median of $rounds rounds: native build $ma, release build (runtime CPU variant $vb) $mb -> ratio $(awk -v x="$mb" -v y="$ma" 'BEGIN {printf "%.3f", x / y}'); median of the rounds' ratios $(med "${r[@]}")"
