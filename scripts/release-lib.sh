@@ -61,7 +61,8 @@ llb_release_tools() {
 llb_release_rust_target() {
   local t=$1
   rustup target list --installed 2>/dev/null | grep -x "$t" >/dev/null && return 0
-  rustup target add "$t" >&2 && return 0
+  # Bounded: where the server's packets are dropped rather than refused, rustup retries for long.
+  timeout 180 rustup target add "$t" >&2 && return 0
   [ -x "$(llb_debian_rustc "$t")" ] && return 0
   echo "release: rustup cannot add $t here; using Debian's rustc-web and its $t standard library" >&2
   llb_debian_rustc_install "$t"
