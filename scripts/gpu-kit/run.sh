@@ -99,8 +99,9 @@ archives=("$B/common/libllama-common.a" "$B/common/libllama-common-base.a" "$B/v
 cuda_libs=()
 if [ "$cpu" != 1 ]; then
   archives+=("$B/ggml/src/ggml-cuda/libggml-cuda.a")
+  # lib64: NVIDIA's installers; lib: the PyPI wheels' layout (scripts/cuda-toolkit-pypi.sh).
   cuda_libs=(-L"$cuda_root/lib64" -L"$cuda_root/lib64/stubs" -L"$cuda_root/targets/x86_64-linux/lib"
-    -Wl,-rpath,"$cuda_root/lib64" -lcudart -lcublas -lcublasLt -lcuda)
+    -L"$cuda_root/lib" -L"$cuda_root/lib/stubs" -Wl,-rpath,"$cuda_root/lib64" -Wl,-rpath,"$cuda_root/lib" -lcudart -lcublas -lcublasLt -lcuda)
 fi
 archives+=("$B/ggml/src/libggml-cpu.a" "$B/ggml/src/libggml-base.a")
 # shellcheck disable=SC2086
