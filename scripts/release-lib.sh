@@ -90,6 +90,12 @@ llb_debian_rustc_install() {
   $sudo apt-get update -qq
   v=$(apt-cache policy rustc-web | sed -n 's/^ *Candidate: //p')
   case "$v" in '' | '(none)') echo "release: Debian's archive has no rustc-web here" >&2; return 1 ;; esac
+  # Not older than the rustup compiler the crates are built with elsewhere (their minimum versions).
+  local have want
+  have=$(echo "$v" | grep -oE '^[0-9]+\.[0-9]+') want=$(rustc -V | grep -oE '[0-9]+\.[0-9]+' | head -1)
+  if [ "$(printf '%s\n%s\n' "$have" "$want" | sort -V | head -1)" != "$want" ]; then
+    echo "release: Debian's rustc-web is $have, older than this machine's rustc $want" >&2; return 1
+  fi
   # rustc's own library (librustc_driver) and what it needs from the system (LLVM), by the archive's
   # own dependency list.
   std=$(apt-cache show "libstd-rust-web-dev=$v" | sed -n 's/^Depends: \(libstd-rust-web-[0-9.]*\) .*/\1/p' | head -1)
