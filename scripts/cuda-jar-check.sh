@@ -19,9 +19,9 @@
 # for case 3 (default: scripts/cuda-toolkit-pypi.sh's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 OUT="${LLB_RELEASE_OUT:-target/release-jar}"
 version=$(sed -n 's:^  <version>\(.*\)</version>:\1:p' bindings-java/pom.xml | head -1)
-jackson=$(sed -n 's:.*<jackson.version>\(.*\)</jackson.version>.*:\1:p' bindings-java/pom.xml | head -1)
 main="$OUT/llb-$version.jar" cuda="$OUT/llb-$version-linux-x86_64-cuda.jar"
 for j in "$main" "$cuda"; do
   [ -f "$j" ] || { echo "cuda-jar-check: no $j (scripts/release-jar.sh, scripts/release-cuda-jar.sh)" >&2; exit 1; }
@@ -32,13 +32,13 @@ if ldconfig -p | grep -q 'libcuda\.so\.1 '; then
 fi
 source scripts/find-jdk.sh >/dev/null
 work=target/cuda-jar-check && mkdir -p "$work"
-# Jackson, the binding's one dependency, as Maven resolved it for the build.
-m2="${MAVEN_REPO:-$HOME/.m2/repository}/com/fasterxml/jackson/core"
-deps=$(for a in databind core annotations; do ls "$m2/jackson-$a"/*/"jackson-$a-"*.jar | grep -F "/${jackson%.*}" | grep -v sources | tail -1; done | paste -sd:)
-cp="$cuda:$main:$deps"
+# The binding's runtime dependencies (Jackson), as Maven resolves them for it.
+(cd bindings-java && mvn -q -B -pl llb dependency:build-classpath -DincludeScope=runtime \
+  -Dmdep.outputFile="$ROOT/$work/deps.classpath" >/dev/null)
+cp="$cuda:$main:$(cat "$work/deps.classpath")"
 fixture="$work/tools.gguf"
 [ -f "$fixture" ] || "${LLB_CLI:-target/release/llb}" fixture --vocab qwen2 --template Qwen-Qwen2.5-7B-Instruct --out "$fixture" >/dev/null
-# Each run extracts into its own cache, so the two cases do not share one.
+# Each case extracts the jars' libraries into its own cache directory.
 probe() {
   local cache=$1; shift
   env "$@" XDG_CACHE_HOME="$PWD/$work/$cache" java --enable-native-access=ALL-UNNAMED -cp "$cp" \

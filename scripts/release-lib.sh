@@ -60,7 +60,7 @@ llb_release_tools() {
 # (llb_release_build then compiles that platform with it).
 llb_release_rust_target() {
   local t=$1
-  rustup target list --installed 2>/dev/null | grep -x "$t" >/dev/null && return 0
+  llb_rustup_has "$t" && return 0
   # Bounded: where the server's packets are dropped rather than refused, rustup retries for long.
   timeout 180 rustup target add "$t" >&2 && return 0
   [ -x "$(llb_debian_rustc "$t")" ] && return 0
@@ -68,9 +68,14 @@ llb_release_rust_target() {
   llb_debian_rustc_install "$t"
 }
 
+# Whether rustup has TRIPLE's standard library installed.
+llb_rustup_has() {
+  rustup target list --installed 2>/dev/null | grep -x "$1" >/dev/null
+}
+
 # The compiler for TRIPLE: empty for rustup's (it has the target), else Debian's.
 llb_release_rustc() {
-  rustup target list --installed 2>/dev/null | grep -x "$1" >/dev/null || llb_debian_rustc "$1" || true
+  llb_rustup_has "$1" || llb_debian_rustc "$1" || true
 }
 
 # The Debian rustc (a wrapper script) that has TRIPLE's standard library, when one is unpacked.
