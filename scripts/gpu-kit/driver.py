@@ -3,9 +3,11 @@
 off and with llama-server from the same tree. Needs python3 only (no numpy, no pip packages).
 
   driver.py --lib libllb.so --server llama-server --big big.gguf --small small.gguf
-            [--real real.gguf] [--cpu] [--small-sizes] [--only 12345]
+            [--real real.gguf] [--cpu] [--small-sizes] [--only 012345]
 
 Rows (docs/gpu.md, "The GPU kit"):
+  (0) plain decode at T=0, one request at a time, both fixtures: ms per token, llb's whole,
+      decode (llama_decode and its synchronize) and host (the rest), against llama-server
   (1) a pool of 64 and a pool of 8: three waves of the same 64 requests (T=0.7, 128 tokens; a shared
       system prompt and a user turn each),
       tok/s per wave, default config vs "prompt_cache": {"ram_bytes": 0}, and llama-server
@@ -17,6 +19,7 @@ Rows (docs/gpu.md, "The GPU kit"):
   (4) "repeat this passage": llb vs llama-server --spec-type each n-gram type, and none
   (5) the strict edit_file call copying a passage, speculation on vs off
 Rows 3-5 copy text only with real weights (--real); on random weights they time the machinery.
+KIT_CONFIG (JSON) is merged into every engine's and pool's config, KIT_REPS sets the repetitions.
 llama-server gets each chat request rendered by its own /apply-template and generated with
 /completion: its /v1/chat/completions answers HTTP 500 when it cannot parse a random-weight
 model's text ("Failed to parse input").
@@ -275,11 +278,47 @@ class Kit:
         if self.a.cpu:
             c["n_threads"] = self.threads
         c.update(extra)
+        # KIT_CONFIG: JSON merged into every engine's and pool's config (a variant of the table).
+        c.update(json.loads(os.environ.get("KIT_CONFIG", "{}")))
         return c
 
     def server_args(self, extra):
         return (["-ngl", "99", "-t", str(self.threads), "-tb", str(self.threads)]
                 + os.environ.get("KIT_SERVER_ARGS", "").split() + extra)
+
+    # (0) -------------------------------------------------------------------------------------
+    def host(self):
+        """Plain decode at T=0, one request at a time: llb's split of each token's time (decode_ms
+        holds llama_decode and the synchronize after it, so predicted - decode is host work on an
+        asynchronous backend too) against llama-server's time per token on the same prompt."""
+        n = 32 if self.small_sizes else 128
+        req = {"messages": [{"role": "user", "content": "Tell me about rivers."}], "temperature": 0, "max_tokens": n}
+        print(f"\n(0) plain decode, T=0, {n} tokens, one request at a time: ms per token "
+              "(llb: whole / decode+sync / host; llama-server: whole)")
+        for model in [self.a.small, self.a.big]:
+            e = self.llb.engine(self.base(model, n_ctx=2048))
+            e.infer(dict(req, max_tokens=8))
+            rows = []
+            for _ in range(self.reps):
+                t = e.infer(req)["timings"]
+                k = max(1, t["predicted_n"])
+                rows.append((t["predicted_ms"] / k, t["decode_ms"] / k))
+            e.close()
+            s = Server(self.a.server, model, self.server_args(["-c", "2048"]), self.log)
+            try:
+                s.complete(dict(req, max_tokens=8))
+                peer = []
+                for _ in range(self.reps):
+                    t = s.complete(req)["timings"]
+                    if t:
+                        peer.append(t["predicted_ms"] / max(1, t["predicted_n"]))
+            finally:
+                s.close()
+            whole = statistics.median(r[0] for r in rows)
+            dec = statistics.median(r[1] for r in rows)
+            sp = statistics.median(peer) if peer else 0.0
+            print(f"    {os.path.basename(model):<24} llb {whole:6.3f} / {dec:6.3f} / {whole - dec:6.3f}   "
+                  f"llama-server {sp:6.3f}   llb tok/s / llama-server: {ratio(sp, whole)}")
 
     # (1) -------------------------------------------------------------------------------------
     def pools(self):
@@ -504,7 +543,7 @@ def main():
     ap.add_argument("--tree")
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--small-sizes", action="store_true")
-    ap.add_argument("--only", default=os.environ.get("KIT_ONLY", "12345"))
+    ap.add_argument("--only", default=os.environ.get("KIT_ONLY", "012345"))
     a = ap.parse_args()
     kit = Kit(a)
     print(f"llb {kit.llb.version()}")
@@ -512,7 +551,7 @@ def main():
     print(f"ratios: llb / the same with the feature off, or llb / llama-server, same run (tok/s: higher is better; ms: lower)")
     t0 = time.time()
     failed = 0
-    for key, fn in [("1", kit.pools), ("2", kit.alternating), ("3", kit.speculation), ("4", kit.repeat), ("5", kit.edit)]:
+    for key, fn in [("0", kit.host), ("1", kit.pools), ("2", kit.alternating), ("3", kit.speculation), ("4", kit.repeat), ("5", kit.edit)]:
         if key not in a.only:
             continue
         t = time.time()
