@@ -15,7 +15,10 @@
 //!   or the cache still holds) would cost more to read again, weighted by how often kept states
 //!   came back, than the stash costs now plus the restore later ([`Costs::stash_pays`]);
 //! - draft only as many tokens as the lane's acceptance pays for at the measured marginal cost
-//!   of their rows in the pool's step ([`Costs::draft_len`]).
+//!   of their rows in the pool's step ([`Costs::draft_rows`]);
+//! - on a device that runs a step whose shape repeats much faster than one whose shape changed
+//!   (CUDA replays a captured graph; a CPU does not care), a lane verifies a fixed number of
+//!   rows or none, its proposal padded with filler, so that its steps keep one shape.
 //!
 //! Nothing measured yet means "try it": the first stash, restore or draft measures what it
 //! costs. On a CPU (a verifying batch costs about its length, a state is a memcpy) the decisions
@@ -32,6 +35,17 @@ const CLASSES: usize = 17;
 const ALPHA: f64 = 0.2;
 /// How the counts of kept states and their returns fade.
 const KEPT_FADE: f64 = 0.95;
+/// Runs of one shape (three steps or more) measured before the device's verdict on shapes.
+const SHAPE_RUNS: u64 = 4;
+/// How much dearer the first step of a shape must be than its third, on average, for the device
+/// to count as one that pays for repeated shapes.
+const SHAPE_PENALTY: f64 = 1.5;
+/// What a device's changed shape is taken to cost, in repeated steps, before [`SHAPE_RUNS`] runs
+/// were measured: held rows are tried, and they make the runs that measure it.
+const SHAPE_ASSUMED: f64 = 2.0;
+/// Rounds a lane that starts holding its rows is expected to hold them (what starting costs is
+/// spread over them).
+const HOLD_ROUNDS: f64 = 8.0;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Point {
@@ -58,6 +72,11 @@ impl Curve {
 
     fn points(&self) -> impl Iterator<Item = &Point> {
         self.classes.iter().filter(|p| p.seen > 0)
+    }
+
+    /// [`Curve::at`] where a size of `n` or more was measured (None: larger than any seen).
+    fn at_measured(&self, n: usize) -> Option<f64> {
+        self.points().any(|p| p.n >= n as f64).then(|| self.at(n)).flatten()
     }
 
     /// Estimated ms of a decode of `n` tokens: linear between the measured classes around it,
@@ -107,6 +126,12 @@ impl Rate {
 #[derive(Debug, Default)]
 struct Model {
     batch: Curve,
+    /// The same decodes by where they fall in a run of one shape (tokens, logits rows):
+    /// `changed` the first step of a run, `stable` its third and later (the second is where a
+    /// device captures the shape's graph: in `batch` only).
+    stable: Curve,
+    changed: Curve,
+    shapes: Shapes,
     state_out: Rate,
     state_in: Rate,
     disk_read: Rate,
@@ -126,6 +151,8 @@ struct Model {
     state_copies: u64,
     state_pieces: u64,
     draft_tokens_cut: u64,
+    /// Filler rows verified to keep a lane's steps one shape.
+    rows_padded: u64,
 }
 
 impl Model {
@@ -135,10 +162,63 @@ impl Model {
     }
 }
 
+/// Runs of one step shape: the shape and length of the current run, the ms of its first step,
+/// and how much dearer a run's first step was than its third, on average over runs. A device
+/// that replays a captured graph for a repeated shape (CUDA) shows a first step several times
+/// its third; a CPU shows about one.
+#[derive(Debug, Default)]
+struct Shapes {
+    shape: (usize, usize),
+    run: usize,
+    first_ms: f64,
+    ratio: f64,
+    runs: u64,
+}
+
+impl Shapes {
+    /// A step of `shape` took `ms`: its place in its run (1: the shape changed).
+    fn record(&mut self, shape: (usize, usize), ms: f64) -> usize {
+        if shape == self.shape && self.run > 0 {
+            self.run += 1;
+        } else {
+            (self.shape, self.run, self.first_ms) = (shape, 1, ms);
+        }
+        if self.run == 3 {
+            let r = self.first_ms / ms.max(1e-3);
+            let a = if self.runs == 0 { 1.0 } else { ALPHA };
+            self.ratio += a * (r - self.ratio);
+            self.runs += 1;
+        }
+        self.run
+    }
+
+    /// How many times a repeated step's cost a changed shape costs: as measured where that is
+    /// clearly more than one, [`SHAPE_ASSUMED`] before it was measured (try it), None where the
+    /// device does not care.
+    fn penalty(&self) -> Option<f64> {
+        match self.runs >= SHAPE_RUNS {
+            false => Some(SHAPE_ASSUMED),
+            true => (self.ratio > SHAPE_PENALTY).then_some(self.ratio),
+        }
+    }
+}
+
+/// The rows a lane verifies after its step: `verify` drafted tokens, then `pad` filler tokens
+/// (rows that keep the step's shape; a filler is accepted only where the model chooses it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DraftRows {
+    pub verify: usize,
+    pub pad: usize,
+}
+
 /// One engine's or pool's costs (shared by its scheduler thread and its requests).
 #[derive(Debug, Default)]
 pub struct Costs {
     m: Mutex<Model>,
+    /// A device does every step's work: only then can a step's shape cost (captured graphs), and
+    /// only then is it measured (a CPU's first step of a new shape can be slower for reasons of
+    /// its own: thread counts tried, caches; they must not make it pad drafts).
+    on_device: bool,
 }
 
 /// Which state transfer was measured.
@@ -153,14 +233,25 @@ pub enum Transfer {
 }
 
 impl Costs {
+    /// The costs of a scheduler whose steps run on a device (`on_device`) or on the host.
+    pub fn new(on_device: bool) -> Costs {
+        Costs { on_device, ..Costs::default() }
+    }
+
     fn model(&self) -> std::sync::MutexGuard<'_, Model> {
         self.m.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A decode of `tokens` tokens, `draft_rows` of them drafted, took `ms`.
-    pub fn record_batch(&self, tokens: usize, draft_rows: usize, ms: f64) {
+    /// A decode of `tokens` tokens with `outputs` logits rows, `draft_rows` of them drafted,
+    /// took `ms`.
+    pub fn record_batch(&self, tokens: usize, outputs: usize, draft_rows: usize, ms: f64) {
         let mut m = self.model();
         m.batch.record(tokens, ms);
+        match m.shapes.record((tokens, outputs), ms) {
+            1 => m.changed.record(tokens, ms),
+            2 => {}
+            _ => m.stable.record(tokens, ms),
+        }
         m.last_draft_rows = draft_rows;
     }
 
@@ -243,29 +334,39 @@ impl Costs {
     /// the extra rows, 0 when none pays.
     #[cfg(test)]
     pub fn draft_len(&self, proposed: usize, p: f64, lanes: usize) -> usize {
-        self.draft_len_by(proposed, lanes, &|k| geometric(p, k))
+        self.draft_rows(proposed, proposed, lanes, 0, &|k| geometric(p, k)).verify
     }
 
-    /// [`Costs::draft_len`] with the lane's own expectation: `expected(k)` accepted tokens of a
-    /// draft of `k` (a lane's [`Acceptance::expected`]).
-    pub fn draft_len_by(&self, proposed: usize, lanes: usize, expected: &dyn Fn(usize) -> f64) -> usize {
+    /// The rows a lane verifies after its step: `proposal` drafted tokens at hand (0: none), in
+    /// a draft of at most `k_max`, with `lanes` requests in the step, `own_last` rows in this
+    /// lane's last draft, and `expected(k)` accepted tokens of a draft of `k` (the lane's
+    /// [`Acceptance::expected`]). Where shapes cost nothing, the length whose expected accepted
+    /// tokens save most step time for the rows it adds; where a changed shape costs, `k_max`
+    /// rows or none ([`held_rows`]).
+    pub fn draft_rows(
+        &self,
+        proposal: usize,
+        k_max: usize,
+        lanes: usize,
+        own_last: usize,
+        expected: &dyn Fn(usize) -> f64,
+    ) -> DraftRows {
         let mut m = self.model();
         let lanes = lanes.max(1);
-        let base_n = lanes + m.last_draft_rows;
-        let Some(base) = m.batch.at(base_n) else { return proposed };
-        let (mut best, mut best_gain) = (0, 0.0);
-        for k in 1..=proposed {
-            let expected = expected(k);
-            let extra = m.batch.at(base_n + k).unwrap_or(base) - base;
-            // Each accepted token saves this lane one step (shared by `lanes` requests); the
-            // rows cost every request of the step.
-            let gain = expected * base / lanes as f64 - extra;
-            if gain > best_gain {
-                (best, best_gain) = (k, gain);
+        let others = lanes + m.last_draft_rows.saturating_sub(own_last);
+        let rows = match m.shapes.penalty().filter(|_| self.on_device) {
+            Some(ratio) => {
+                let at = Rows { proposal, k_max, others, lanes, own_last };
+                held_rows(&m.stable, m.stable.at(others).or(m.batch.at(others)), ratio, at, expected)
             }
-        }
-        m.draft_tokens_cut += (proposed - best) as u64;
-        best
+            None => {
+                let verify = best_len(&m.batch, proposal, lanes + m.last_draft_rows, lanes, expected);
+                DraftRows { verify, pad: 0 }
+            }
+        };
+        m.draft_tokens_cut += proposal.saturating_sub(rows.verify) as u64;
+        m.rows_padded += rows.pad as u64;
+        rows
     }
 
     /// For pool stats: what was measured and decided.
@@ -273,7 +374,7 @@ impl Costs {
         let m = self.model();
         let rate = |r: &Rate| (r.seen > 0).then(|| (r.bytes_per_ms * 1000.0 / 1e6 * 10.0).round() / 10.0);
         json!({
-            "batch_ms": m.batch.points().map(|p| json!([p.n.round(), (p.ms * 1000.0).round() / 1000.0])).collect::<Vec<_>>(),
+            "batch_ms": points(&m.batch),
             "state_out_mb_per_s": rate(&m.state_out),
             "state_in_mb_per_s": rate(&m.state_in),
             "disk_read_mb_per_s": rate(&m.disk_read),
@@ -283,6 +384,11 @@ impl Costs {
             "restores_skipped": m.restores_skipped,
             "stashes_skipped": m.stashes_skipped,
             "draft_tokens_cut": m.draft_tokens_cut,
+            "rows_padded": m.rows_padded,
+            "shape_first_over_third": (m.shapes.runs > 0).then(|| (m.shapes.ratio * 100.0).round() / 100.0),
+            "shape_runs": m.shapes.runs,
+            "batch_ms_shape_repeated": points(&m.stable),
+            "batch_ms_shape_changed": points(&m.changed),
         })
     }
 }
@@ -291,6 +397,65 @@ impl Costs {
 /// the one before was: p + p² + … + pᵏ.
 fn geometric(p: f64, k: usize) -> f64 {
     (1..=k).map(|i| p.powi(i as i32)).sum()
+}
+
+/// The draft length whose expected accepted tokens save most step time for the rows it adds to
+/// a step of `base_n` tokens shared by `lanes` requests (0: none pays; `proposed` before any
+/// decode was measured).
+fn best_len(batch: &Curve, proposed: usize, base_n: usize, lanes: usize, expected: &dyn Fn(usize) -> f64) -> usize {
+    let Some(base) = batch.at(base_n) else { return proposed };
+    let (mut best, mut best_gain) = (0, 0.0);
+    for k in 1..=proposed {
+        let extra = batch.at(base_n + k).unwrap_or(base) - base;
+        // Each accepted token saves this lane one step (shared by `lanes` requests); the rows
+        // cost every request of the step.
+        let gain = expected(k) * base / lanes as f64 - extra;
+        if gain > best_gain {
+            (best, best_gain) = (k, gain);
+        }
+    }
+    best
+}
+
+/// A lane's step as [`Costs::draft_rows`] sees it.
+struct Rows {
+    proposal: usize,
+    k_max: usize,
+    /// Tokens of the step without this lane's draft.
+    others: usize,
+    lanes: usize,
+    own_last: usize,
+}
+
+/// On a device where a changed shape costs `ratio` times a repeated one (`base`: the ms of a
+/// repeated step of the other lanes' rows, None before any): a lane verifies `k_max` rows or
+/// none, its proposal padded with filler, so that its steps keep one shape. Drafting pays where
+/// the lane's expected accepted tokens save more step time than the rows add to a repeated step
+/// (sizes not measured yet: try them) plus, for a lane that did not hold its rows last step,
+/// the two changed steps that starting and stopping cost, spread over [`HOLD_ROUNDS`] rounds. A
+/// lane that held `k_max` rows last step and has nothing to propose sends filler alone while
+/// drafting still pays and the rows cost less than the changed step they spare.
+fn held_rows(stable: &Curve, base: Option<f64>, ratio: f64, r: Rows, expected: &dyn Fn(usize) -> f64) -> DraftRows {
+    let verify = r.proposal.min(r.k_max);
+    let Some(base) = base else {
+        return if verify > 0 { DraftRows { verify, pad: r.k_max - verify } } else { DraftRows::default() };
+    };
+    let extra = stable.at_measured(r.others + r.k_max).map_or(0.0, |ms| (ms - base).max(0.0));
+    let change = (ratio - 1.0) * base;
+    let held = r.own_last == r.k_max && r.k_max > 0;
+    let start = if held { 0.0 } else { 2.0 * change / HOLD_ROUNDS };
+    let pays = expected(r.k_max) * base / r.lanes as f64 > extra + start;
+    if pays && verify > 0 {
+        return DraftRows { verify, pad: r.k_max - verify };
+    }
+    if pays && held && extra < change {
+        return DraftRows { verify: 0, pad: r.k_max };
+    }
+    DraftRows::default()
+}
+
+fn points(curve: &Curve) -> Vec<Value> {
+    curve.points().map(|p| json!([p.n.round(), (p.ms * 1000.0).round() / 1000.0])).collect()
 }
 
 fn prompt_ms(batch: &Curve, tokens: usize, n_batch: usize) -> Option<f64> {

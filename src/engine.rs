@@ -115,6 +115,7 @@ impl Chat {
         crate::fault::site("create");
         let s = &settings;
         let exact_reuse = !model.uses_rpc && crate::backend::devices().iter().all(|d| d.kind == "cpu");
+        let on_device = crate::backend::device_does_the_work(&load, &ctx_params, model.n_layer());
         let mut sched = Scheduler::start(
             &model,
             SchedConfig {
@@ -126,8 +127,8 @@ impl Chat {
                 max_queue: s.max_queue,
                 n_threads: s.n_threads,
                 // With every layer on a device the tuner would only measure noise (issue 31).
-                adaptive_threads: s.adaptive_threads
-                    && !crate::backend::device_does_the_work(&load, &ctx_params, model.n_layer()),
+                adaptive_threads: s.adaptive_threads && !on_device,
+                on_device,
                 thread_poll: s.thread_poll,
                 prompt_cache: prompt_cache_settings(s, &model, &ctx_params),
                 backend: ctx_params,

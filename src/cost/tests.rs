@@ -12,7 +12,7 @@ const BYTES_PER_TOKEN: usize = 28 * 1024;
 fn feed(costs: &Costs, ms: impl Fn(usize) -> f64) {
     for _ in 0..3 {
         for n in [1, 2, 3, 5, 8, 13, 17, 24, 32, 48, 64, 100, 128, 256, 512, 1024, 2048] {
-            costs.record_batch(n, 0, ms(n));
+            costs.record_batch(n, 1, 0, ms(n));
         }
     }
 }
@@ -43,8 +43,8 @@ fn cpu() -> Costs {
 fn the_curve_interpolates_between_measured_sizes_and_extrapolates_by_tokens() {
     let c = Costs::default();
     assert_eq!(c.prompt_ms(100, 512), None, "nothing measured");
-    c.record_batch(1, 0, 10.0);
-    c.record_batch(65, 0, 74.0);
+    c.record_batch(1, 1, 0, 10.0);
+    c.record_batch(65, 1, 0, 74.0);
     let m = c.model();
     assert_eq!(m.batch.at(1), Some(10.0));
     assert!((m.batch.at(33).unwrap() - 42.0).abs() < 1e-9, "{:?}", m.batch.at(33));
@@ -115,7 +115,7 @@ fn on_a_gpu_drafts_are_free_up_to_the_rows_a_step_gets_for_nothing() {
     // Solo: any acceptance pays for 16 rows that cost nothing.
     assert_eq!(c.draft_len(16, 0.3, 1), 16);
     // A pool of 8 whose other lanes already drafted 30 rows: past 32 rows each costs 1/35 ms.
-    c.record_batch(38, 30, 3.2);
+    c.record_batch(38, 38, 30, 3.2);
     let k = c.draft_len(16, 0.2, 8);
     assert!(k < 16, "low acceptance at a marginal cost: {k}");
     assert!(c.draft_len(16, 0.99, 8) >= 12);
@@ -167,12 +167,108 @@ fn a_lane_that_copies_expects_whole_drafts_and_one_that_does_not_expects_little(
     assert_eq!(story.expected(16), 0.25);
     let c = cpu();
     // 16 accepted tokens save 16 steps of 10.4 ms for a batch of 17 costing 106: worth all 16.
-    assert_eq!(c.draft_len_by(16, 1, &|k| copy.expected(k)), 16);
-    assert_eq!(c.draft_len_by(16, 1, &|k| story.expected(k)), 0, "a quarter token does not pay a row");
+    assert_eq!(c.draft_rows(16, 16, 1, 0, &|k| copy.expected(k)).verify, 16);
+    assert_eq!(c.draft_rows(16, 16, 1, 0, &|k| story.expected(k)).verify, 0, "a quarter token does not pay a row");
     // A copy that broke off half the time: still worth it, per the runs it had.
     let mut half = Acceptance::default();
     for i in 0..8 {
         half.record(16, if i % 2 == 0 { 16 } else { 0 });
     }
     assert_eq!(half.expected(16), 8.0);
+}
+
+/// Feeds `costs` every size class as a device with captured graphs runs it: the first step of a
+/// shape at `changed(n)` ms, the next (the graph's capture) at twice that, then three replays at
+/// `repeated(n)`; twice over.
+fn feed_shapes(costs: &Costs, repeated: impl Fn(usize) -> f64, changed: impl Fn(usize) -> f64) {
+    for _ in 0..2 {
+        for n in [1, 2, 4, 8, 17, 24, 33, 40, 72] {
+            costs.record_batch(n, n, 0, changed(n));
+            costs.record_batch(n, n, 0, 2.0 * changed(n));
+            for _ in 0..3 {
+                costs.record_batch(n, n, 0, repeated(n));
+            }
+        }
+    }
+}
+
+/// The H200 of the GPU kit's run (2026-11-28, SmolLM2-135M): a step whose shape repeats replays
+/// its graph in ~1.3 ms whatever its rows up to 72; one whose shape changed runs kernel by
+/// kernel in ~5 ms.
+fn graphs() -> Costs {
+    let c = Costs::new(true);
+    feed_shapes(&c, |n| 1.3 + n as f64 / 200.0, |n| 5.0 + n as f64 / 100.0);
+    c
+}
+
+#[test]
+fn where_a_changed_shape_costs_a_lane_verifies_whole_rows_or_none() {
+    let c = graphs();
+    let copy = |k: usize| k as f64;
+    // A copying lane: a proposal of 5 is verified and padded to 16 rows, so its steps keep one
+    // shape; a whole proposal needs no filler.
+    assert_eq!(c.draft_rows(5, 16, 1, 0, &copy), DraftRows { verify: 5, pad: 11 });
+    assert_eq!(c.draft_rows(16, 16, 1, 16, &copy), DraftRows { verify: 16, pad: 0 });
+    // Nothing to propose after a step of 16 rows: filler keeps the shape; after a step of none,
+    // nothing is sent.
+    assert_eq!(c.draft_rows(0, 16, 1, 16, &copy), DraftRows { verify: 0, pad: 16 });
+    assert_eq!(c.draft_rows(0, 16, 1, 0, &copy), DraftRows::default());
+    // A lane whose drafts are not accepted sends no rows, filler or drafted.
+    assert_eq!(c.draft_rows(5, 16, 1, 16, &|_| 0.0), DraftRows::default());
+    let s = c.stats();
+    assert_eq!(s["rows_padded"], 11 + 16);
+    assert_eq!(s["draft_tokens_cut"], 5);
+    assert_eq!(s["batch_ms_shape_changed"].as_array().unwrap().len(), 7, "{s}");
+}
+
+#[test]
+fn where_shapes_cost_nothing_a_draft_is_cut_to_what_pays_and_never_padded() {
+    // A CPU: a step costs its rows, repeated or not.
+    let c = Costs::new(false);
+    feed_shapes(&c, |n| 10.4 + 5.6 * (n - 1) as f64, |n| 10.4 + 5.6 * (n - 1) as f64);
+    let copy = |k: usize| k as f64;
+    let rows = c.draft_rows(5, 16, 1, 16, &copy);
+    assert_eq!(rows, DraftRows { verify: 5, pad: 0 }, "a copy pays for its own rows, no filler");
+    assert_eq!(c.draft_rows(0, 16, 1, 16, &copy), DraftRows::default());
+    assert_eq!(c.draft_rows(16, 16, 1, 0, &|k| geometric(0.5, k)).verify, 0, "a free-text lane does not draft");
+    assert_eq!(c.stats()["rows_padded"], 0);
+    // Nor where a host that runs the steps itself shows slow first steps (threads tried, caches):
+    // only a device's steps are held to one shape.
+    let host = Costs::new(false);
+    feed_shapes(&host, |n| 1.3 + n as f64 / 200.0, |n| 5.0 + n as f64 / 100.0);
+    assert_eq!(host.draft_rows(5, 16, 1, 0, &copy).pad, 0);
+    assert_eq!(host.draft_rows(0, 16, 1, 16, &copy), DraftRows::default());
+}
+
+#[test]
+fn a_device_tries_holding_rows_until_runs_of_one_shape_say_whether_it_pays() {
+    let copy = |k: usize| k as f64;
+    let c = Costs::new(true);
+    assert_eq!(c.draft_rows(5, 16, 1, 0, &copy), DraftRows { verify: 5, pad: 11 }, "nothing measured: try it");
+    // Four runs whose first step cost what their third did: this device does not care.
+    for n in [1, 17, 2, 8] {
+        for _ in 0..3 {
+            c.record_batch(n, n, 0, 2.0);
+        }
+    }
+    assert_eq!(c.stats()["shape_runs"], 4);
+    assert_eq!(c.draft_rows(5, 16, 1, 0, &copy).pad, 0);
+    // Four whose first step cost four times their third: this one does.
+    let g = Costs::new(true);
+    for n in [1, 17, 2, 8] {
+        g.record_batch(n, n, 0, 4.0);
+        g.record_batch(n, n, 0, 8.0);
+        g.record_batch(n, n, 0, 1.0);
+    }
+    assert_eq!(g.draft_rows(5, 16, 1, 0, &copy), DraftRows { verify: 5, pad: 11 });
+    assert_eq!(g.stats()["shape_first_over_third"], 4.0);
+}
+
+#[test]
+fn a_lane_starts_holding_rows_only_where_its_drafts_repay_the_change() {
+    let c = graphs();
+    // A step of 8 lanes: a lane expecting one token a round does not pay for a change of every
+    // lane's step; one copying whole drafts does.
+    assert_eq!(c.draft_rows(5, 16, 8, 0, &|k| geometric(0.5, k)), DraftRows::default());
+    assert_eq!(c.draft_rows(5, 16, 8, 0, &|k| k as f64), DraftRows { verify: 5, pad: 11 });
 }

@@ -88,13 +88,14 @@ impl Scheduler {
             lost: None,
             reserved: 0,
         };
+        let costs = Arc::new(Costs::new(config.on_device));
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             wake: Condvar::new(),
             config,
             submits: std::sync::atomic::AtomicU64::new(0),
             cache,
-            costs: Arc::default(),
+            costs,
         });
         // SAFETY: live context; the worker frees the pool after the context.
         let pool = unsafe { ComputePool::attach(ctx, shared.config.n_threads, shared.config.thread_poll) };

@@ -30,6 +30,9 @@ pub struct SchedConfig {
     pub n_threads: usize,
     /// Adapt the decode threads to the cores the machine gives (src/threads.rs).
     pub adaptive_threads: bool,
+    /// A device does every step's work (backend::device_does_the_work): the only case where a
+    /// step's shape may cost (captured graphs), which the cost model then measures.
+    pub on_device: bool,
     /// Polling level of the context's idle compute threads, 0-100.
     pub thread_poll: u32,
     /// Flash attention, KV cache types, KV offload.

@@ -404,8 +404,9 @@ impl Worker {
         self.deliver(st, entries, took);
         // The step's cost: the device's work and copying its logits rows out (a verifying
         // batch's rows are host work a GPU's decode time does not show).
+        let outputs = entries.iter().map(|e| e.rows).sum();
         let drafted = entries.iter().map(|e| e.rows.saturating_sub(1)).sum();
-        self.shared.costs.record_batch(n_tokens, drafted, start.elapsed().as_secs_f64() * 1e3);
+        self.shared.costs.record_batch(n_tokens, outputs, drafted, start.elapsed().as_secs_f64() * 1e3);
     }
 
     /// Reference kernels for this step (docs/design.md, "Determinism") where a batch of fewer

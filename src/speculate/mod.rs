@@ -20,12 +20,15 @@
 //! drafted tokens as its acceptance pays for at the measured cost of their rows in the step. A
 //! lane that stops paying drafts in the shadow: the drafter still proposes, nothing is verified,
 //! and the reply's own next tokens say how much would have been accepted, until it pays again.
+//! On a device that charges for a change of the step's shape (CUDA's captured graphs), a lane
+//! verifies `draft_max` rows or none: a shorter proposal is followed by filler tokens (its last
+//! token again), which keep the step's shape and are accepted only where the model chooses them.
 //!
 //! Every token is still chosen from the model's own logits for the same prefix, with the same
 //! random draws in the same order: the reply is token for token the reply without speculation,
 //! at any temperature and seed (llama.cpp's acceptance rule, common_sampler_sample_and_accept_n).
 
-use crate::cost::{Acceptance, Costs};
+use crate::cost::{Acceptance, Costs, DraftRows};
 use crate::error::Result;
 use crate::shim::SpecDrafter;
 use crate::tokens::Token;
@@ -223,8 +226,12 @@ pub struct Speculation<'a> {
     /// The reply's tokens the drafter has not seen yet (it keeps the conversation itself: a step
     /// hands it only what is new).
     fresh: Vec<Token>,
-    /// Drafted tokens not yet reached by the reply (in the sequence, after the last step).
+    /// Drafted tokens not yet reached by the reply (in the sequence, after the last step), the
+    /// first `real` of them proposed by the drafter (the rest: filler).
     pending: std::collections::VecDeque<Token>,
+    real: usize,
+    /// Rows (drafted and filler) of the last draft submitted.
+    last_rows: usize,
     /// The tokens of the current draft, and how many of them the reply took so far.
     round: usize,
     round_accepted: usize,
@@ -248,6 +255,8 @@ impl<'a> Speculation<'a> {
             lane,
             fresh: Vec::new(),
             pending: Default::default(),
+            real: 0,
+            last_rows: 0,
             round: 0,
             round_accepted: 0,
             failed: false,
@@ -266,8 +275,10 @@ impl<'a> Speculation<'a> {
         }
         let matched = step.iter().zip(&self.pending).take_while(|(a, b)| a == b).count();
         self.pending.drain(..matched);
-        self.stats.accepted += matched;
-        self.round_accepted += matched;
+        let real = matched.min(self.real);
+        self.real -= real;
+        self.stats.accepted += real;
+        self.round_accepted += real;
         // The proposal's unverified tail follows its verified part: the step's tokens past the
         // draft are compared with it, and a step that left the draft ends it.
         match self.pending.is_empty() {
@@ -281,15 +292,19 @@ impl<'a> Speculation<'a> {
         }
         let retract = self.pending.len();
         self.pending.clear();
+        self.real = 0;
         Followed::Diverged { matched, retract }
     }
 
     /// A draft to follow the reply so far, at most `room` tokens, cut where `valid` (the
     /// request's grammar: how many leading tokens it admits) stops admitting it. Empty when
-    /// nothing repeats or the draft is shorter than `draft_min`.
+    /// nothing repeats or the draft is shorter than `draft_min` (and no filler keeps the step's
+    /// shape).
     pub fn draft(&mut self, room: usize, valid: impl FnOnce(&[Token]) -> Result<usize>) -> Result<Vec<Token>> {
         let d = self.drafters;
         let n_max = d.draft_max.min(room);
+        let own_last = std::mem::take(&mut self.last_rows);
+        let last = self.fresh.last().copied();
         if self.failed || n_max == 0 || n_max < d.draft_min || !self.shadow.is_empty() {
             return Ok(Vec::new());
         }
@@ -302,24 +317,34 @@ impl<'a> Speculation<'a> {
         };
         draft.truncate(valid(&draft)?);
         if draft.len() < d.draft_min.max(1) {
-            return Ok(Vec::new());
+            draft.clear();
         }
-        if let Some(costs) = &d.costs {
-            let acceptance = &self.acceptance;
-            let worth = costs.draft_len_by(draft.len(), d.busy_lanes(), &|k| acceptance.expected(k));
-            // The drafter, and the lane's acceptance, hear how much of the whole proposal was (or
-            // would have been) accepted; only `worth` of it is verified, the rest followed in the
-            // shadow.
-            self.round = draft.len();
-            let verify = if worth < d.draft_min.max(1) { 0 } else { worth };
-            self.shadow.extend(draft.drain(verify..));
-            if draft.is_empty() {
-                return Ok(Vec::new());
+        self.round = draft.len();
+        let mut rows = match &d.costs {
+            Some(costs) => {
+                let acceptance = &self.acceptance;
+                costs.draft_rows(draft.len(), n_max, d.busy_lanes(), own_last, &|k| acceptance.expected(k))
             }
-        } else {
-            self.round = draft.len();
+            None => DraftRows { verify: draft.len(), pad: 0 },
+        };
+        if rows.pad == 0 && rows.verify < d.draft_min.max(1) {
+            rows.verify = 0;
         }
-        self.stats.drafted += draft.len();
+        // The drafter, and the lane's acceptance, hear how much of the whole proposal was (or
+        // would have been) accepted; only `verify` of it is verified, the rest followed in the
+        // shadow.
+        self.shadow.extend(draft.drain(rows.verify..));
+        if let Some(filler) = draft.last().copied().or(last) {
+            draft.extend(std::iter::repeat_n(filler, rows.pad));
+        }
+        if rows.verify == 0 && rows.pad > 0 {
+            // Filler alone: a round with nothing to accept, so a lane whose proposals dried up
+            // stops holding rows once its recent rounds no longer pay for them.
+            self.acceptance.record(rows.pad, 0);
+        }
+        self.stats.drafted += rows.verify;
+        self.real = rows.verify;
+        self.last_rows = draft.len();
         self.pending.extend(&draft);
         Ok(draft)
     }

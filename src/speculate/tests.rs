@@ -43,12 +43,13 @@ fn steps_follow_the_draft_until_one_differs() {
     let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap();
     let mut s = Speculation::start(&d, &[1, 2, 3]).unwrap().unwrap();
     s.pending.extend([10, 11, 12, 13]);
-    s.round = 4;
+    (s.round, s.real) = (4, 4);
     assert_eq!(s.follow(&[10]), Followed::Whole(1));
     assert_eq!(s.follow(&[11, 12]), Followed::Whole(2), "a step of two drafted tokens");
     assert_eq!(s.follow(&[13, 99]), Followed::Diverged { matched: 1, retract: 0 }, "past the draft's end");
     assert_eq!(s.stats.accepted, 4);
     s.pending.extend([20, 21, 22]);
+    s.real = 3;
     assert_eq!(s.follow(&[7]), Followed::Diverged { matched: 0, retract: 3 }, "the whole draft taken back");
     assert_eq!(s.follow(&[8]), Followed::Diverged { matched: 0, retract: 0 }, "no draft");
     assert_eq!(s.fresh, [10, 11, 12, 13, 99, 7, 8], "every step goes to the drafter, once");
@@ -141,7 +142,7 @@ fn a_failing_drafter_costs_the_request_its_drafts_not_its_reply() {
 fn linear_costs() -> Arc<Costs> {
     let c = Costs::default();
     for n in 1..=64 {
-        c.record_batch(n, 0, 10.0 * n as f64);
+        c.record_batch(n, 1, 0, 10.0 * n as f64);
     }
     Arc::new(c)
 }
@@ -174,11 +175,65 @@ fn a_draft_that_does_not_pay_is_followed_in_the_shadow_until_it_would() {
 fn rows_that_cost_nothing_are_drafted_whole() {
     let c = Costs::default();
     for n in 1..=64 {
-        c.record_batch(n, 0, 3.0);
+        c.record_batch(n, 1, 0, 3.0);
     }
     let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(Arc::new(c));
     let h = repeating();
     let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
     s.follow(&h[h.len() - 1..]);
     assert_eq!(s.draft(64, |t| Ok(t.len())).unwrap(), (114..130).collect::<Vec<_>>());
+}
+
+/// Costs of a device that replays a captured graph for a repeated shape (~1.3 ms a step at any
+/// size here) and runs a changed one kernel by kernel (~5 ms).
+fn graph_costs() -> Arc<Costs> {
+    let c = Costs::new(true);
+    for _ in 0..2 {
+        for n in [1, 2, 4, 8, 17, 33, 64] {
+            c.record_batch(n, n, 0, 5.0);
+            c.record_batch(n, n, 0, 9.0);
+            for _ in 0..3 {
+                c.record_batch(n, n, 0, 1.3);
+            }
+        }
+    }
+    Arc::new(c)
+}
+
+#[test]
+fn where_shapes_cost_a_short_draft_is_padded_with_filler_that_only_the_model_can_accept() {
+    let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(graph_costs());
+    let h = repeating();
+    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
+    s.follow(&h[h.len() - 1..]);
+    let draft = s.draft(64, |_| Ok(6)).unwrap();
+    let mut want: Vec<Token> = (114..120).collect();
+    want.extend([119; 10]);
+    assert_eq!(draft, want, "six drafted tokens, then filler up to draft_max rows");
+    assert_eq!(s.stats.drafted, 6, "filler is not counted as drafted");
+    for t in 114..120 {
+        assert_eq!(s.follow(&[t]), Followed::Whole(1));
+    }
+    assert_eq!(s.follow(&[120]), Followed::Diverged { matched: 0, retract: 10 }, "the filler taken back");
+    assert_eq!(s.stats.accepted, 6);
+    // Nothing repeats now, but the last step had 16 rows: filler alone keeps the shape.
+    drop(s);
+    let mut s2 = Speculation::start(&d, &[]).unwrap().unwrap();
+    s2.follow(&[7]);
+    s2.last_rows = 16;
+    assert_eq!(s2.draft(64, |t| Ok(t.len())).unwrap(), vec![7; 16]);
+    assert_eq!((s2.stats.drafted, s2.real), (0, 0));
+    assert_eq!(s2.follow(&[8]), Followed::Diverged { matched: 0, retract: 16 });
+    s2.last_rows = 0;
+    assert!(s2.draft(64, |t| Ok(t.len())).unwrap().is_empty(), "after a step without rows, none");
+    // Filler alone counts as rounds with nothing accepted: a lane that holds rows with nothing to
+    // propose stops within a few steps.
+    let held = (0..8)
+        .take_while(|_| {
+            s2.follow(&[9]);
+            s2.last_rows = s2.pending.len().max(16);
+            !s2.draft(64, |t| Ok(t.len())).unwrap().is_empty()
+        })
+        .count();
+    assert!(held < 8, "held filler for {held} steps");
 }
