@@ -15,6 +15,9 @@
 #                                   else real/*.gguf.part-* in the kit, joined and sha256-checked
 #   KIT_JOBS=N                      ninja jobs (default: all cores)
 #   KIT_BUILD=dir KIT_MODELS=dir    where the build and the fixtures go (default: here)
+#   KIT_CPU_LEVEL=avx2              ggml's CPU code for any AVX2 machine instead of -march=native
+#                                   (binaries built on one machine and run on another)
+#   KIT_NO_DRIVER=1                 build and link only: no fixtures, no table (scripts/gpu-lease.sh)
 set -euo pipefail
 kit="$(cd "$(dirname "$0")" && pwd)"
 cd "$kit"
@@ -34,7 +37,8 @@ fi
 for tool in cmake ninja gcc g++ python3; do
   command -v "$tool" >/dev/null || { echo "run.sh: $tool is missing here" >&2; exit 2; }
 done
-python3 -c 'import numpy' 2>/dev/null || { echo "run.sh: python3 has no numpy (the fixtures need it)" >&2; exit 2; }
+[ "${KIT_NO_DRIVER:-0}" = 1 ] || python3 -c 'import numpy' 2>/dev/null \
+  || { echo "run.sh: python3 has no numpy (the fixtures need it)" >&2; exit 2; }
 
 build="${KIT_BUILD:-$kit/build}"
 models="${KIT_MODELS:-$kit/models}"
@@ -43,6 +47,7 @@ jobs="${KIT_JOBS:-$(nproc)}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 
 # 1. Fixtures in the background while ninja runs.
+no_driver="${KIT_NO_DRIVER:-0}"
 small_sizes="${KIT_SMALL:-0}"
 if [ "$small_sizes" = 1 ]; then big_shape=mini; else big_shape=qwen1.5b; fi
 big="$models/kit-$big_shape.gguf"
@@ -50,7 +55,9 @@ small="$models/kit-small.gguf"
 todo=()
 [ -f "$small" ] || todo+=("small=$small")
 [ -f "$big" ] || todo+=("$big_shape=$big")
-if [ ${#todo[@]} -gt 0 ]; then
+if [ "$no_driver" = 1 ]; then
+  true &
+elif [ ${#todo[@]} -gt 0 ]; then
   python3 mkfixture.py --tree llama.cpp "${todo[@]}" > "$build/fixtures.log" 2>&1 &
 else
   echo "mkfixture: $small and $big are there already" > "$build/fixtures.log"; true &
@@ -74,6 +81,10 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
+cpu_level=(-DGGML_NATIVE=ON)
+if [ "${KIT_CPU_LEVEL:-native}" = avx2 ]; then
+  cpu_level=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+fi
 backend=(-DGGML_CUDA=OFF)
 if [ "$cpu" != 1 ]; then
   backend=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${KIT_CUDA_ARCHS:-native}" -DGGML_CUDA_NCCL=OFF)
@@ -83,7 +94,7 @@ cmake -S llama.cpp -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARE
   -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
-  -DGGML_OPENMP=OFF -DGGML_NATIVE=ON "${backend[@]}" "${launcher[@]}" > "$build/cmake.log" 2>&1 \
+  -DGGML_OPENMP=OFF "${cpu_level[@]}" "${backend[@]}" "${launcher[@]}" > "$build/cmake.log" 2>&1 \
   || { tail -30 "$build/cmake.log"; exit 1; }
 say "building llama-common and llama-server with $jobs jobs (log: $build/ninja.log)"
 ninja -C "$build" -j "$jobs" llama-common llama-server > "$build/ninja.log" 2>&1 || { tail -40 "$build/ninja.log"; exit 1; }
@@ -109,6 +120,10 @@ g++ -shared -o "$build/libllb.so" "$build/zero_pages.o" -Wl,--wrap=memset $undef
   "${archives[@]}" -Wl,--end-group "${cuda_libs[@]}" -lstdc++ -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 say "linked $build/libllb.so"
 
+if [ "$no_driver" = 1 ]; then
+  wait "$fixtures_pid"
+  exit 0
+fi
 say "waiting for the fixtures"
 wait "$fixtures_pid" || { cat "$build/fixtures.log"; exit 1; }
 cat "$build/fixtures.log"
