@@ -146,6 +146,11 @@ fn pool_requests_speculate_side_by_side_and_match_their_solo_runs() {
     req["stream"] = json!(true);
     let r = pool.infer_with(&req, &events);
     assert_stream_matches("pool stream", &events.chunks(), &r);
+    // The pool's cost model followed its steps' shapes (tokens, logits rows); on the host it
+    // never pads a draft with filler, whose rows a CPU pays in full.
+    let costs = &pool.stats()["cost_model"];
+    assert!(costs["shape_runs"].as_u64().unwrap() > 0, "{costs}");
+    assert_eq!(costs["rows_padded"], 0, "{costs}");
 }
 
 #[test]
