@@ -356,7 +356,7 @@ impl Costs {
         let others = lanes + m.last_draft_rows.saturating_sub(own_last);
         let rows = match m.shapes.penalty().filter(|_| self.on_device) {
             Some(ratio) => {
-                let at = Rows { proposal, k_max, others, lanes, own_last };
+                let at = LaneStep { proposal, k_max, others, lanes, own_last };
                 held_rows(&m.stable, m.stable.at(others).or(m.batch.at(others)), ratio, at, expected)
             }
             None => {
@@ -418,7 +418,7 @@ fn best_len(batch: &Curve, proposed: usize, base_n: usize, lanes: usize, expecte
 }
 
 /// A lane's step as [`Costs::draft_rows`] sees it.
-struct Rows {
+struct LaneStep {
     proposal: usize,
     k_max: usize,
     /// Tokens of the step without this lane's draft.
@@ -435,7 +435,7 @@ struct Rows {
 /// the two changed steps that starting and stopping cost, spread over [`HOLD_ROUNDS`] rounds. A
 /// lane that held `k_max` rows last step and has nothing to propose sends filler alone while
 /// drafting still pays and the rows cost less than the changed step they spare.
-fn held_rows(stable: &Curve, base: Option<f64>, ratio: f64, r: Rows, expected: &dyn Fn(usize) -> f64) -> DraftRows {
+fn held_rows(stable: &Curve, base: Option<f64>, ratio: f64, r: LaneStep, expected: &dyn Fn(usize) -> f64) -> DraftRows {
     let verify = r.proposal.min(r.k_max);
     let Some(base) = base else {
         return if verify > 0 { DraftRows { verify, pad: r.k_max - verify } } else { DraftRows::default() };
