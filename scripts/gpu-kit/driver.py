@@ -316,9 +316,12 @@ class Kit:
                 s.close()
             whole = statistics.median(r[0] for r in rows)
             dec = statistics.median(r[1] for r in rows)
-            sp = statistics.median(peer) if peer else 0.0
+            peer_text = "n/a (its final parse refused every reply)"
+            if peer:
+                sp = statistics.median(peer)
+                peer_text = f"{sp:6.3f}   llb tok/s / llama-server: {ratio(sp, whole)}"
             print(f"    {os.path.basename(model):<24} llb {whole:6.3f} / {dec:6.3f} / {whole - dec:6.3f}   "
-                  f"llama-server {sp:6.3f}   llb tok/s / llama-server: {ratio(sp, whole)}")
+                  f"llama-server {peer_text}")
 
     # (1) -------------------------------------------------------------------------------------
     def pools(self):

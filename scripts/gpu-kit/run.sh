@@ -37,7 +37,8 @@ fi
 for tool in cmake ninja gcc g++ python3; do
   command -v "$tool" >/dev/null || { echo "run.sh: $tool is missing here" >&2; exit 2; }
 done
-[ "${KIT_NO_DRIVER:-0}" = 1 ] || python3 -c 'import numpy' 2>/dev/null \
+no_driver="${KIT_NO_DRIVER:-0}"
+[ "$no_driver" = 1 ] || python3 -c 'import numpy' 2>/dev/null \
   || { echo "run.sh: python3 has no numpy (the fixtures need it)" >&2; exit 2; }
 
 build="${KIT_BUILD:-$kit/build}"
@@ -46,8 +47,7 @@ mkdir -p "$build" "$models"
 jobs="${KIT_JOBS:-$(nproc)}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 
-# 1. Fixtures in the background while ninja runs.
-no_driver="${KIT_NO_DRIVER:-0}"
+# 1. Fixtures in the background while ninja runs (none when only building).
 small_sizes="${KIT_SMALL:-0}"
 if [ "$small_sizes" = 1 ]; then big_shape=mini; else big_shape=qwen1.5b; fi
 big="$models/kit-$big_shape.gguf"
@@ -55,14 +55,15 @@ small="$models/kit-small.gguf"
 todo=()
 [ -f "$small" ] || todo+=("small=$small")
 [ -f "$big" ] || todo+=("$big_shape=$big")
-if [ "$no_driver" = 1 ]; then
-  true &
-elif [ ${#todo[@]} -gt 0 ]; then
-  python3 mkfixture.py --tree llama.cpp "${todo[@]}" > "$build/fixtures.log" 2>&1 &
-else
-  echo "mkfixture: $small and $big are there already" > "$build/fixtures.log"; true &
+fixtures_pid=""
+if [ "$no_driver" != 1 ]; then
+  if [ ${#todo[@]} -gt 0 ]; then
+    python3 mkfixture.py --tree llama.cpp "${todo[@]}" > "$build/fixtures.log" 2>&1 &
+  else
+    echo "mkfixture: $small and $big are there already" > "$build/fixtures.log"; true &
+  fi
+  fixtures_pid=$!
 fi
-fixtures_pid=$!
 
 real="${KIT_REAL_MODEL:-}"
 if [ -z "$real" ] && ls real/*.gguf.part-* >/dev/null 2>&1; then
@@ -120,10 +121,7 @@ g++ -shared -o "$build/libllb.so" "$build/zero_pages.o" -Wl,--wrap=memset $undef
   "${archives[@]}" -Wl,--end-group "${cuda_libs[@]}" -lstdc++ -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 say "linked $build/libllb.so"
 
-if [ "$no_driver" = 1 ]; then
-  wait "$fixtures_pid"
-  exit 0
-fi
+[ "$no_driver" = 1 ] && exit 0
 say "waiting for the fixtures"
 wait "$fixtures_pid" || { cat "$build/fixtures.log"; exit 1; }
 cat "$build/fixtures.log"
