@@ -145,7 +145,8 @@ fn gbnf_masks(vocab: &Arc<Vocab>, gbnf: &str, t1: bool, budget_ms: f64) -> Vec<f
 
 fn strict_gbnf(e: &Engine, tools: &[Value]) -> String {
     let req = e.resolve(&request(tools, "required", 0.0, json!({})).to_string()).expect("resolve");
-    e.prompter().plan(&req, None).expect("plan").0.grammar.expect("a strict grammar").gbnf
+    let (rendered, _) = e.prompter().plan(&req, None).expect("plan");
+    e.prompter().finish(rendered, &req).expect("plan").grammar.expect("a strict grammar").gbnf
 }
 
 fn section_masks(e: &Engine) {

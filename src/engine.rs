@@ -18,7 +18,7 @@ use crate::model_info;
 use crate::prompt::Prompter;
 use crate::prompt_cache;
 use crate::request::{
-    self, ChatRequest, DraftModel, Drafter, EngineConfig, EngineSettings, HandleKind, ResolvedRequest,
+    self, DraftModel, Drafter, EngineConfig, EngineSettings, HandleKind, ResolvedRequest,
 };
 use crate::scheduler::{DraftPlan, Proposer, SchedConfig, Scheduler};
 use crate::session::ReplyBook;
@@ -92,6 +92,8 @@ struct Chat {
     book: ReplyBook,
     model_name: String,
     settings: EngineSettings,
+    /// The model's vocabulary size, which a request's `logit_bias` is checked against.
+    n_vocab: i32,
 }
 
 impl Chat {
@@ -141,6 +143,7 @@ impl Chat {
             sched.open_drafters(plan)?;
         }
         let vocab = Arc::new(Vocab::new(model));
+        let n_vocab = vocab.n_tokens();
         Ok(Chat {
             sched,
             prompter: Prompter::new(vocab.clone(), templates, ins.probe),
@@ -148,13 +151,13 @@ impl Chat {
             book: ReplyBook::new(settings.n_slots * 2),
             model_name: path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
             settings,
+            n_vocab,
         })
     }
 
-    /// Parses and resolves a request (see [`ChatRequest::resolve`]).
+    /// Parses and resolves a request (see [`request::resolve`]).
     fn resolve(&self, request_json: &str) -> Result<ResolvedRequest> {
-        let req: ChatRequest = request::parse(request_json, "request")?;
-        req.resolve(&self.settings, self.vocab.n_tokens())
+        request::resolve(request_json, &self.settings, self.n_vocab)
     }
 
     fn infer(&self, request_json: &str, emit: &dyn Fn(&Value) -> bool) -> Result<Value> {
@@ -167,7 +170,6 @@ impl Chat {
             model_name: &self.model_name,
             max_seq: self.settings.max_seq as usize,
             n_batch: self.settings.n_batch as usize,
-            drafters: self.sched.drafters(),
             emit,
         };
         run.run(&req)

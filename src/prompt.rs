@@ -15,9 +15,10 @@ use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// Everything derived from the request and the templates before any token is evaluated,
-/// decided in one pass ([`Prompter::plan`]): the rendering, the reasoning block, the grammar
-/// (strict or the template's), the call syntax, the splice of a remembered reply.
+/// Everything derived from the request and the templates, decided once: the rendering, the
+/// reasoning block, the grammar (strict or the template's) and the splice of a remembered reply
+/// ([`Prompter::plan`], before the prompt goes to the scheduler), then what the reply is read
+/// with, the parser and the call syntax ([`Prompter::finish`], from the same rendering).
 pub struct Plan {
     pub prompt: String,
     pub parser: Parser,
@@ -65,8 +66,11 @@ fn reasoning_opened(p: &ChatParams) -> bool {
     p.generation_prompt.trim_end().ends_with(start) || tail_opened
 }
 
-/// A rendered prompt with the chat params, grammar and grammar prefill that constrain its reply.
-struct Rendered {
+/// A request's prompt as rendered once, with the chat params, grammar and grammar prefill that
+/// constrain its reply: what its tokens need ([`Prompter::plan`]). [`Prompter::finish`] reads
+/// the rest of its [`Plan`] from it (parser, stop strings, call syntax, preserved tokens) while
+/// the scheduler evaluates the prompt; nothing is rendered again.
+pub struct Rendered {
     prompt: String,
     params: ChatParams,
     thinking: Thinking,
@@ -75,6 +79,8 @@ struct Rendered {
     /// llb's strict grammar for the template's call section (not the template's own), and
     /// whether it admits one call only.
     strict: Option<bool>,
+    /// The template's tool mode the prompt was rendered with (see [`Rendering`]).
+    mode: &'static str,
 }
 
 /// What a request is rendered with: the template's tool mode and the tools as the template
@@ -140,6 +146,8 @@ pub struct Prompter {
     vocab: Arc<Vocab>,
     templates: Templates,
     probe: Probe,
+    /// The template takes parallel tool calls (probed once, at create).
+    parallel_calls: bool,
     /// The model's constraint engine (built at create, once per vocabulary; None when it
     /// cannot be built: grammars then run on llama.cpp's sampler).
     engine: Option<Arc<crate::grammar::engine::Engine>>,
@@ -148,7 +156,8 @@ pub struct Prompter {
 impl Prompter {
     pub fn new(vocab: Arc<Vocab>, templates: Templates, probe: Probe) -> Prompter {
         let engine = crate::grammar::engine::for_vocab(&vocab);
-        Prompter { vocab, templates, probe, engine }
+        let parallel_calls = probe.supports_parallel_tool_calls();
+        Prompter { vocab, templates, probe, parallel_calls, engine }
     }
 
     pub fn probe(&self) -> &Probe {
@@ -192,7 +201,7 @@ impl Prompter {
     }
 
     fn parallel(&self, req: &ResolvedRequest) -> bool {
-        req.parallel_tool_calls && self.probe.supports_parallel_tool_calls()
+        req.parallel_tool_calls && self.parallel_calls
     }
 
     /// Applies the template; a template that rejects an OpenAI-legal sequence gets the messages
@@ -229,10 +238,10 @@ impl Prompter {
         p.preserved_tokens.iter().filter_map(|t| self.vocab.single_token(t)).collect()
     }
 
-    /// The request's plan and its prompt's tokens, in one pass: rendered once (with a retry
-    /// of adapted messages), its reasoning block read once, its grammar chosen once, and, when
-    /// the history holds a reply the model generated (`replay`), that reply spliced in.
-    pub fn plan(&self, req: &ResolvedRequest, replay: Option<(usize, ReplyRecord)>) -> Result<(Plan, Vec<Token>)> {
+    /// The request's prompt and its tokens, in one pass: rendered once (with a retry of adapted
+    /// messages), its reasoning block read once, its grammar chosen once, and, when the history
+    /// holds a reply the model generated (`replay`), that reply spliced in.
+    pub fn plan(&self, req: &ResolvedRequest, replay: Option<(usize, ReplyRecord)>) -> Result<(Rendered, Vec<Token>)> {
         let rendering = Rendering::of(req);
         let r = match &req.choice {
             Choice::Required | Choice::Named(_) if rendering.tools.is_some() => self.render_required(req, &rendering)?,
@@ -240,10 +249,21 @@ impl Prompter {
                 let p = self.apply(req, &req.messages, rendering.tools.clone(), rendering.mode, true)?;
                 let (grammar, prefill) = self.grammar_of(&p, &req.tools)?;
                 let thinking = Thinking::read(&p, req.thinking);
-                Rendered { prompt: p.prompt.clone(), params: p, thinking, grammar, prefill, strict: None }
+                let prompt = p.prompt.clone();
+                Rendered { prompt, params: p, thinking, grammar, prefill, strict: None, mode: rendering.mode }
             }
         };
-        let calls = rendering.mode != "none";
+        let tokens = match replay.and_then(|(k, last)| self.splice(req, &rendering, &r.prompt, k, &last)) {
+            Some(toks) => toks,
+            None => self.vocab.tokenize_with_bos(&r.prompt)?,
+        };
+        Ok((r, tokens))
+    }
+
+    /// The request's [`Plan`], read from its rendered prompt: the template's parser and stop
+    /// strings, the call syntax of its grammar, its preserved tokens.
+    pub fn finish(&self, r: Rendered, req: &ResolvedRequest) -> Result<Plan> {
+        let calls = r.mode != "none";
         let params = &r.params;
         let parser = Parser::new(params, req.reasoning_format, calls)?;
         let mut stops = params.additional_stops.clone();
@@ -261,26 +281,21 @@ impl Prompter {
                 None => s,
             })
         });
-        let plan = Plan {
+        Ok(Plan {
+            preserved: self.preserved(params),
             prompt: r.prompt,
             parser,
             grammar: r.grammar,
             grammar_prefill: r.prefill,
             stops,
-            preserved: self.preserved(params),
             parse_tool_calls: calls,
             single_call: calls && !self.parallel(req),
             strict: r.strict.is_some(),
             one_call_by_grammar: r.strict == Some(true),
             call_syntax,
             reasoning: r.thinking.tags,
-            forced_call: rendering.mode == "required",
-        };
-        let tokens = match replay.and_then(|(k, last)| self.splice(req, &rendering, &plan, k, &last)) {
-            Some(toks) => toks,
-            None => self.vocab.tokenize_with_bos(&plan.prompt)?,
-        };
-        Ok((plan, tokens))
+            forced_call: r.mode == "required",
+        })
     }
 
     /// `required` or a named tool: the prompt always lists every tool (a stable KV prefix); a
@@ -301,7 +316,7 @@ impl Prompter {
         let thinking = Thinking::read(&p, req.thinking);
         let Some(strict) = strict::strict_reply(&p.parser, &typed, thinking.lead(), !self.parallel(req))? else {
             let (grammar, prefill) = self.grammar_of(&p, &typed)?;
-            return Ok(Rendered { prompt: all.prompt, params: p, thinking, grammar, prefill, strict: None });
+            return Ok(Rendered { prompt: all.prompt, params: p, thinking, grammar, prefill, strict: None, mode: rendering.mode });
         };
         let grammar = GrammarSpec { gbnf: strict.gbnf, ..Default::default() };
         Ok(Rendered {
@@ -311,6 +326,7 @@ impl Prompter {
             grammar: Some(grammar),
             prefill: None,
             strict: Some(strict.one_call),
+            mode: rendering.mode,
         })
     }
 
@@ -366,7 +382,7 @@ impl Prompter {
         &self,
         req: &ResolvedRequest,
         rendering: &Rendering,
-        plan: &Plan,
+        prompt: &str,
         k: usize,
         last: &ReplyRecord,
     ) -> Option<Vec<Token>> {
@@ -389,7 +405,7 @@ impl Prompter {
             why("the reply's rendering does not extend that turn's prompt");
             return None;
         };
-        let Some(rest) = plan.prompt.strip_prefix(&through.prompt) else {
+        let Some(rest) = prompt.strip_prefix(&through.prompt) else {
             why("the new prompt does not extend the rendered reply");
             return None;
         };

@@ -15,6 +15,12 @@ pub use wire::*;
 
 use crate::error::{bail, Error, ErrorCode, Result};
 use serde_json::Value;
+/// A chat request's JSON read, checked and resolved against an engine's settings and its
+/// model's vocabulary size, in one call: what a handle does first with each request.
+pub fn resolve(request_json: &str, settings: &EngineSettings, n_vocab: i32) -> Result<ResolvedRequest> {
+    parse::<ChatRequest>(request_json, "request")?.resolve(settings, n_vocab)
+}
+
 impl ChatRequest {
     /// Checks what serde cannot: cross-field rules and value ranges. Returns `logit_bias`
     /// parsed (its check is its parse; [`ChatRequest::resolve`] keeps it).
@@ -201,12 +207,57 @@ fn validate_tools(tools: &[Tool]) -> Result<std::collections::HashSet<&str>> {
             if !p.is_object() {
                 bail!(InvalidArgument, "field `tools[{i}].function.parameters`: must be a JSON Schema object");
             }
-            crate::grammar::strict::check_tool_schema(name, p).map_err(|e| {
+            check_tool_schema(name, p).map_err(|e| {
                 Error::new(ErrorCode::InvalidArgument, format!("field `tools[{i}].function.parameters`: {}", e.message))
             })?;
         }
     }
     Ok(names)
+}
+
+/// Rejects what llama.cpp's schema converter cannot compile, before any template sees it: a
+/// boolean schema (`true`/`false`) where a schema belongs, and a `type` that JSON Schema does
+/// not have (`"double"`, `"int"`). The message names the tool, the keyword and where it is.
+fn check_tool_schema(tool: &str, schema: &Value) -> Result<()> {
+    fn walk(s: &Value, path: &str) -> std::result::Result<(), String> {
+        const TYPES: [&str; 7] = ["string", "number", "integer", "boolean", "object", "array", "null"];
+        let Some(o) = s.as_object() else {
+            return Err(format!(
+                "a boolean schema (`{s}`) at `{path}` cannot be compiled into a grammar; use {{}} for any value"
+            ));
+        };
+        let types: Vec<&Value> = match o.get("type") {
+            Some(Value::Array(a)) => a.iter().collect(),
+            Some(t) => vec![t],
+            None => vec![],
+        };
+        for t in types {
+            if !t.as_str().is_some_and(|t| TYPES.contains(&t)) {
+                return Err(format!("`type: {t}` at `{path}` is not a JSON Schema type ({})", TYPES.join(", ")));
+            }
+        }
+        for (k, v) in o {
+            match k.as_str() {
+                "properties" | "$defs" | "definitions" => {
+                    for (n, x) in v.as_object().into_iter().flatten() {
+                        walk(x, &format!("{path}/{k}/{n}"))?;
+                    }
+                }
+                "items" if v.is_object() || v.is_boolean() => walk(v, &format!("{path}/items"))?,
+                "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
+                    for (i, x) in v.as_array().into_iter().flatten().enumerate() {
+                        walk(x, &format!("{path}/{k}/{i}"))?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    match walk(schema, "") {
+        Ok(()) => Ok(()),
+        Err(why) => bail!(InvalidArgument, "tool `{tool}`: {why}"),
+    }
 }
 
 /// Text parts only: an image, audio or file part is an error naming it.
@@ -225,4 +276,20 @@ fn check_parts(i: usize, parts: &[ContentPart]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_llama_cpp_cannot_compile_are_named() {
+        let ok = serde_json::json!({"type": "object", "properties": {"a": {"type": ["string", "null"]}},
+            "additionalProperties": false, "$defs": {"d": {"items": {"type": "integer"}}}});
+        assert!(check_tool_schema("t", &ok).is_ok());
+        let e = check_tool_schema("t", &serde_json::json!({"properties": {"a": false}})).unwrap_err();
+        assert!(e.message.contains("tool `t`") && e.message.contains("/properties/a"), "{e:?}");
+        let e = check_tool_schema("t", &serde_json::json!({"properties": {"a": {"type": "double"}}})).unwrap_err();
+        assert!(e.message.contains("`type: \"double\"`"), "{e:?}");
+    }
 }

@@ -556,7 +556,9 @@ impl Planned {
             serde_json::from_value(json!({"model_path": corpus_fixture(template, false), "n_ctx": 2048, "n_threads": 1}))
                 .unwrap();
         let engine = llb::engine::Engine::create(config, None).unwrap_or_else(|e| panic!("{template}: {e:?}"));
-        let (plan, _) = engine.prompter().plan(&engine.resolve(&req.to_string()).unwrap(), None).map_err(|e| e.message)?;
+        let resolved = engine.resolve(&req.to_string()).unwrap();
+        let (rendered, _) = engine.prompter().plan(&resolved, None).map_err(|e| e.message)?;
+        let plan = engine.prompter().finish(rendered, &resolved).map_err(|e| e.message)?;
         let vocab = engine.vocab();
         let pieces: Vec<Vec<u8>> = (0..vocab.n_tokens()).map(|t| vocab.piece(t, true)).collect();
         let special = (0..vocab.n_tokens()).map(|t| vocab.piece(t, false).is_empty() && !pieces[t as usize].is_empty()).collect();

@@ -397,7 +397,8 @@ fn three_hundred_tools_walk_to_a_valid_strict_call_in_every_family() {
             )
             .unwrap();
         let started = Instant::now();
-        let (plan, _) = p.plan(&req, None).unwrap_or_else(|e| panic!("{family}: {e:?}"));
+        let (rendered, _) = p.plan(&req, None).unwrap_or_else(|e| panic!("{family}: {e:?}"));
+        let plan = p.finish(rendered, &req).unwrap_or_else(|e| panic!("{family}: {e:?}"));
         let mut g = p.grammar(plan.grammar.as_ref().expect("a strict grammar")).unwrap();
         let built = started.elapsed();
         assert!(matches!(g, llb::grammar::Grammar::Engine(_)), "{family}: the grammar fell back to GBNF");

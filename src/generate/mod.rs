@@ -19,7 +19,7 @@ use crate::response::{Finish, Response, Stats};
 use crate::sampler::{SampleStats, Sampler};
 use crate::scheduler::{Admission, Msg, Scheduler, Ticket};
 use crate::session::ReplyBook;
-use crate::speculate::{Drafters, Speculation};
+use crate::speculate::Speculation;
 use crate::tokens::{Token, Vocab};
 use budget::Budget;
 use link::{Link, ModelTime};
@@ -44,8 +44,6 @@ pub struct Run<'a> {
     pub max_seq: usize,
     /// The most tokens one decode takes (a step and its draft fit in it).
     pub n_batch: usize,
-    /// Speculative decoding's drafter (None: the model cannot take drafted tokens back).
-    pub drafters: Option<&'a Drafters>,
     pub emit: &'a dyn Fn(&Value) -> bool,
 }
 
@@ -55,7 +53,7 @@ impl<'a> Run<'a> {
         let t_start = Instant::now();
         // A place in the scheduler first: under a burst, a refusal costs no prompt and no token.
         let place = self.sched.reserve()?;
-        let (plan, prompt) = self.prompter.plan(req, self.book.find(&req.messages))?;
+        let (rendered, prompt) = self.prompter.plan(req, self.book.find(&req.messages))?;
         let n_prompt = prompt.len();
         if n_prompt >= self.max_seq {
             return Err(Error::new(
@@ -66,18 +64,19 @@ impl<'a> Run<'a> {
                 ),
             ));
         }
+        let ticket = place.join(prompt.clone(), req.deterministic);
+        // The prompt is with the scheduler: what only the reply needs is read while it is evaluated.
         let mut g = Generation {
             req,
             vocab: self.vocab,
             emit: self.emit,
             response: Response::new(req, self.model_name, self.emit),
             room: req.max_tokens.min(self.max_seq - n_prompt),
-            plan,
+            plan: self.prompter.finish(rendered, req)?,
             reply: ReplyText::default(),
             script: crate::fault::take_reply(),
             sampling: SampleStats::default(),
         };
-        let ticket = place.join(prompt.clone(), req.deterministic);
         let (admission, first) = self.prefill(&ticket)?;
         g.cache_warnings(&admission.warnings);
         crate::fault::site("infer");
@@ -106,7 +105,7 @@ impl<'a> Run<'a> {
 
     /// The request's speculation when it speculates and finds a free lane (src/speculate/).
     fn speculation(&self, req: &ResolvedRequest, prompt: &[Token]) -> Result<Option<Speculation<'a>>> {
-        match self.drafters.filter(|_| req.speculative) {
+        match self.sched.drafters().filter(|_| req.speculative) {
             Some(d) => Speculation::start(d, prompt),
             None => Ok(None),
         }

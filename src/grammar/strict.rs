@@ -343,51 +343,6 @@ fn placeholder(table: &mut Vec<(String, String)>, expr: String) -> Value {
     serde_json::json!({"const": id})
 }
 
-/// Rejects what llama.cpp's schema converter cannot compile, before any template sees it: a
-/// boolean schema (`true`/`false`) where a schema belongs, and a `type` that JSON Schema does
-/// not have (`"double"`, `"int"`). The message names the tool, the keyword and where it is.
-pub fn check_tool_schema(tool: &str, schema: &Value) -> Result<()> {
-    fn walk(s: &Value, path: &str) -> std::result::Result<(), String> {
-        const TYPES: [&str; 7] = ["string", "number", "integer", "boolean", "object", "array", "null"];
-        let Some(o) = s.as_object() else {
-            return Err(format!(
-                "a boolean schema (`{s}`) at `{path}` cannot be compiled into a grammar; use {{}} for any value"
-            ));
-        };
-        let types: Vec<&Value> = match o.get("type") {
-            Some(Value::Array(a)) => a.iter().collect(),
-            Some(t) => vec![t],
-            None => vec![],
-        };
-        for t in types {
-            if !t.as_str().is_some_and(|t| TYPES.contains(&t)) {
-                return Err(format!("`type: {t}` at `{path}` is not a JSON Schema type ({})", TYPES.join(", ")));
-            }
-        }
-        for (k, v) in o {
-            match k.as_str() {
-                "properties" | "$defs" | "definitions" => {
-                    for (n, x) in v.as_object().into_iter().flatten() {
-                        walk(x, &format!("{path}/{k}/{n}"))?;
-                    }
-                }
-                "items" if v.is_object() || v.is_boolean() => walk(v, &format!("{path}/items"))?,
-                "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
-                    for (i, x) in v.as_array().into_iter().flatten().enumerate() {
-                        walk(x, &format!("{path}/{k}/{i}"))?;
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-    match walk(schema, "") {
-        Ok(()) => Ok(()),
-        Err(why) => bail!(InvalidArgument, "tool `{tool}`: {why}"),
-    }
-}
-
 /// llama.cpp's number primitives, bounded (see the module notes).
 fn bounded_primitive(name: &str) -> Option<String> {
     Some(match name {
@@ -1379,17 +1334,6 @@ mod tests {
         assert_eq!(g.value(&serde_json::json!({"type": "object", "additionalProperties": true}), "a"), "gemma4-dict");
         assert_eq!(g.value(&serde_json::json!({"type": "object", "additionalProperties": false}), "a"), r#"("{" "}")"#);
         assert_eq!(g.value(&serde_json::json!({"description": "anything"}), "a"), "gemma4-value");
-    }
-
-    #[test]
-    fn schemas_llama_cpp_cannot_compile_are_named() {
-        let ok = serde_json::json!({"type": "object", "properties": {"a": {"type": ["string", "null"]}},
-            "additionalProperties": false, "$defs": {"d": {"items": {"type": "integer"}}}});
-        assert!(check_tool_schema("t", &ok).is_ok());
-        let e = check_tool_schema("t", &serde_json::json!({"properties": {"a": false}})).unwrap_err();
-        assert!(e.message.contains("tool `t`") && e.message.contains("/properties/a"), "{e:?}");
-        let e = check_tool_schema("t", &serde_json::json!({"properties": {"a": {"type": "double"}}})).unwrap_err();
-        assert!(e.message.contains("`type: \"double\"`"), "{e:?}");
     }
 
     #[test]
