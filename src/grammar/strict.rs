@@ -31,7 +31,7 @@
 //! llama.cpp's builders generate (`tool-<fn>-arg-<prop>`, `tool-<fn>`, `gemma4-dict`), and on
 //! the schemas inside the parser arena the section grammar is built from ([`strict_section`]).
 //!
-//! Why one file of ~1,360 lines: every rewrite above reads and writes the same rule table of one
+//! Why one file of ~1,340 lines: every rewrite above reads and writes the same rule table of one
 //! section grammar, by the same generated rule names, and they run as one ordered pass
 //! ([`strict_section`], [`constrain_section`], [`strict_grammar`]); split, each part would have to
 //! know the others' rule names. A quarter of it is its tests.

@@ -29,15 +29,6 @@ pub fn default_path() -> io::Result<PathBuf> {
     Ok(base.join("llb").join("prompt-cache.key"))
 }
 
-/// `~` or `~/...` at the start of a path, as a shell would expand it.
-pub fn expand_home(path: &Path) -> PathBuf {
-    let Ok(rest) = path.strip_prefix("~") else { return path.to_path_buf() };
-    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-        Some(home) => PathBuf::from(home).join(rest),
-        None => path.to_path_buf(),
-    }
-}
-
 /// The secret at `path`, made there first if there is none. `shared`: the file may be readable
 /// by the group (a cache shared by several users, who then share this file too).
 pub fn load_or_create(path: &Path, shared: bool) -> io::Result<Secret> {
@@ -192,14 +183,5 @@ mod tests {
         assert!(private_dir(&d, false).unwrap_err().to_string().contains("other users can write"));
         private_dir(&d, true).unwrap();
         let _ = fs::remove_dir_all(d);
-    }
-
-    #[test]
-    fn home_is_expanded() {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        if let Some(h) = home {
-            assert_eq!(expand_home(Path::new("~/x/y")), h.join("x/y"));
-        }
-        assert_eq!(expand_home(Path::new("/a/~b")), PathBuf::from("/a/~b"));
     }
 }

@@ -242,13 +242,18 @@ fn validate_speculative(c: &super::wire::SpeculativeConfig) -> Result<()> {
     Ok(())
 }
 
-/// The prompt cache's default RAM budget for a context whose whole KV cache takes
-/// `context_kv_bytes`, on a machine with `memory` bytes (0: unknown).
-/// A path of the config, `~` expanded as a shell would.
+/// A path of the config, `~` or `~/...` at its start expanded as a shell would.
 fn home(p: &str) -> std::path::PathBuf {
-    crate::prompt_cache::secret::expand_home(std::path::Path::new(p))
+    let path = std::path::Path::new(p);
+    let Ok(rest) = path.strip_prefix("~") else { return path.to_path_buf() };
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => std::path::PathBuf::from(home).join(rest),
+        None => path.to_path_buf(),
+    }
 }
 
+/// The prompt cache's default RAM budget for a context whose whole KV cache takes
+/// `context_kv_bytes`, on a machine with `memory` bytes (0: unknown).
 pub fn prompt_cache_ram(context_kv_bytes: u64, memory: u64) -> u64 {
     let mut b = context_kv_bytes.saturating_mul(PROMPT_CACHE_RAM_CONTEXTS).min(PROMPT_CACHE_RAM_MAX);
     if memory > 0 {
@@ -386,6 +391,15 @@ fn context_size(n_ctx: Option<u32>, n_ctx_train: Option<u32>, n_parallel: u32) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn home_is_expanded() {
+        if let Some(h) = std::env::var_os("HOME").map(PathBuf::from) {
+            assert_eq!(home("~/x/y"), h.join("x/y"));
+        }
+        assert_eq!(home("/a/~b"), PathBuf::from("/a/~b"));
+    }
 
     fn config(v: serde_json::Value) -> EngineConfig {
         serde_json::from_value(v).unwrap()
