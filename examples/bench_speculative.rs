@@ -161,25 +161,39 @@ fn repeat(e: &Engine, server: Option<&str>) {
 
 /// (d) 8 conversations at once on a pool of 8, half copying, half free text: tokens/s overall.
 fn pool() {
+    // Tokens per second, and with speculation what the pool's drafts did: drafted, accepted,
+    // cut by the cost model, and the step costs it measured.
     let run = |on: bool| {
         let p = Pool::create(config(json!({"n_parallel": 8, "n_ctx": 16384}))).unwrap();
         let reqs: Vec<String> = (0..8)
             .map(|i| if i % 2 == 0 { with_spec(&repeat_request(), on) } else { with_spec(&story_request(i), on) })
             .collect();
         let t = Instant::now();
-        let tokens: u64 = std::thread::scope(|s| {
+        let replies: Vec<Value> = std::thread::scope(|s| {
             let handles: Vec<_> = reqs.iter().map(|r| s.spawn(|| p.infer(r, &|_| true).unwrap())).collect();
-            handles.into_iter().map(|h| h.join().unwrap()["usage"]["completion_tokens"].as_u64().unwrap()).sum()
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        tokens as f64 / t.elapsed().as_secs_f64()
+        let secs = t.elapsed().as_secs_f64();
+        let sum = |f: &dyn Fn(&Value) -> &Value| replies.iter().map(|r| f(r).as_u64().unwrap_or(0)).sum::<u64>();
+        let tokens = sum(&|r| &r["usage"]["completion_tokens"]);
+        let drafts = (sum(&|r| &r["timings"]["draft_n"]), sum(&|r| &r["timings"]["draft_accepted_n"]));
+        (tokens as f64 / secs, drafts, p.stats()["cost_model"].clone())
     };
-    let (mut on, mut off) = (Vec::new(), Vec::new());
+    let (mut on, mut off, mut last) = (Vec::new(), Vec::new(), None);
     for _ in 0..reps() {
-        on.push(run(true));
-        off.push(run(false));
+        let (tps, drafts, model) = run(true);
+        on.push(tps);
+        last = Some((drafts, model));
+        off.push(run(false).0);
     }
     let (on, off) = (median(on), median(off));
     println!("(d) pool of 8, half copying: {on:.1} / {off:.1} tokens/s overall = {:.2}x (goal >= 1.5)", on / off);
+    if let Some(((drafted, accepted), m)) = last {
+        println!(
+            "    last run with speculation: {drafted} drafted, {accepted} accepted, {} cut by the cost model; batch ms by rows {}",
+            m["draft_tokens_cut"], m["batch_ms"]
+        );
+    }
 }
 
 fn main() {
