@@ -174,9 +174,9 @@ fn pool() {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         let secs = t.elapsed().as_secs_f64();
-        let sum = |f: &dyn Fn(&Value) -> &Value| replies.iter().map(|r| f(r).as_u64().unwrap_or(0)).sum::<u64>();
-        let tokens = sum(&|r| &r["usage"]["completion_tokens"]);
-        let drafts = (sum(&|r| &r["timings"]["draft_n"]), sum(&|r| &r["timings"]["draft_accepted_n"]));
+        let sum = |at: &str| replies.iter().filter_map(|r| r.pointer(at)?.as_u64()).sum::<u64>();
+        let tokens = sum("/usage/completion_tokens");
+        let drafts = (sum("/timings/draft_n"), sum("/timings/draft_accepted_n"));
         (tokens as f64 / secs, drafts, p.stats()["cost_model"].clone())
     };
     let (mut on, mut off, mut last) = (Vec::new(), Vec::new(), None);

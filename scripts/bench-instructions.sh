@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The host work of one request in instructions, two builds side by side (docs/benchmarks.md,
-# "Instructions per request"). callgrind counts instructions, not seconds: its figures repeat on
-# a noisy machine where the wall-clock benchmarks spread ±10-15% between runs of one tree, so a
-# change that must leave the request's work alone (issue 43: ±3%) can be shown to.
+# "The house rework in instructions"). callgrind counts instructions, not seconds: its figures
+# repeat on a noisy machine where the wall-clock benchmarks spread ±10-15% between runs of one
+# tree, so a change that must leave the request's work alone (issue 43: ±3%) can be shown to.
 #   scripts/bench-instructions.sh [REV]     REV: the build to compare with (default HEAD~1)
 #   LLB_BENCH_TOKENS=N (default 48)         the reply's length
 # `llb chat` runs on the real SmolLM2 tool model (scripts/smollm2.sh) at T=0 under valgrind's
@@ -42,7 +42,7 @@ cat >"$tools" <<'EOF'
   "text": {"type": "string"}}, "required": ["path", "text"], "additionalProperties": false}}}]
 EOF
 
-# instructions BIN NAME ARGS...: "<request thread> <scheduler thread>" for one run.
+# instructions BIN NAME ARGS...: "<request thread> <llama_decode> <scheduler thread>" for one run.
 instructions() {
   local bin=$1 name=$2
   shift 2

@@ -15,6 +15,7 @@ pub use wire::*;
 
 use crate::error::{bail, Error, ErrorCode, Result};
 use serde_json::Value;
+
 /// A chat request's JSON read, checked and resolved against an engine's settings and its
 /// model's vocabulary size, in one call: what a handle does first with each request.
 pub fn resolve(request_json: &str, settings: &EngineSettings, n_vocab: i32) -> Result<ResolvedRequest> {
