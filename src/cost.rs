@@ -15,7 +15,10 @@
 //!   or the cache still holds) would cost more to read again, weighted by how often kept states
 //!   came back, than the stash costs now plus the restore later ([`Costs::stash_pays`]);
 //! - draft only as many tokens as the lane's acceptance pays for at the measured marginal cost
-//!   of their rows in the pool's step ([`Costs::draft_rows`]);
+//!   of their rows in the pool's step ([`Costs::draft_rows`]), an accepted token valued at what
+//!   the pool saves by it: a whole step for a lone request; in a pool, the step's share per
+//!   request where a request waits for a lane (the lane that finishes sooner lets it in), else
+//!   only the lane's own row in the steps the other lanes run anyway;
 //! - on a device that runs a step whose shape repeats much faster than one whose shape changed
 //!   (CUDA replays a captured graph; a CPU does not care), a lane verifies a fixed number of
 //!   rows or none, its proposal padded with filler, so that its steps keep one shape.
@@ -144,6 +147,8 @@ struct Model {
     came_back: f64,
     /// Draft rows in the last decode (every lane's).
     last_draft_rows: usize,
+    /// Requests waiting for a lane at the last decode.
+    waiting: usize,
     restores_skipped: u64,
     stashes_skipped: u64,
     /// Tensor copies the state transfers took, and the pieces (cell ranges and cells) they
@@ -255,6 +260,11 @@ impl Costs {
         m.last_draft_rows = draft_rows;
     }
 
+    /// `waiting` requests wait for a lane (the queue of a pool's scheduler) as a step is made.
+    pub fn record_waiting(&self, waiting: usize) {
+        self.model().waiting = waiting;
+    }
+
     /// A state of `bytes` (of a sequence of `tokens` tokens) moved in `ms`.
     pub fn record_state(&self, t: Transfer, bytes: usize, tokens: usize, ms: f64) {
         let mut m = self.model();
@@ -356,11 +366,15 @@ impl Costs {
         let others = lanes + m.last_draft_rows.saturating_sub(own_last);
         let rows = match m.shapes.penalty().filter(|_| self.on_device) {
             Some(ratio) => {
-                let at = LaneStep { proposal, k_max, others, lanes, own_last };
-                held_rows(&m.stable, m.stable.at(others).or(m.batch.at(others)), ratio, at, expected)
+                let curve = if m.stable.at(others).is_some() { &m.stable } else { &m.batch };
+                let saved = token_ms(curve, others, lanes, m.waiting);
+                let at = LaneStep { proposal, k_max, others, own_last };
+                held_rows(&m.stable, curve.at(others).zip(saved), ratio, at, expected)
             }
             None => {
-                let verify = best_len(&m.batch, proposal, lanes + m.last_draft_rows, lanes, expected);
+                let base_n = lanes + m.last_draft_rows;
+                let saved = token_ms(&m.batch, base_n, lanes, m.waiting);
+                let verify = best_len(&m.batch, proposal, base_n, saved, expected);
                 DraftRows { verify, pad: 0 }
             }
         };
@@ -399,17 +413,39 @@ fn geometric(p: f64, k: usize) -> f64 {
     (1..=k).map(|i| p.powi(i as i32)).sum()
 }
 
-/// The draft length whose expected accepted tokens save most step time for the rows it adds to
-/// a step of `base_n` tokens shared by `lanes` requests (0: none pays; `proposed` before any
+/// What a lane's accepted drafted token saves, in ms of a step of `n` tokens shared by `lanes`
+/// requests with `waiting` more waiting for a lane (None before any decode). Alone, the lane's
+/// next step. In a pool, the pool's tokens per step: where a request waits, the lane that
+/// finishes sooner lets it in, so the step's cost is shared by one more token (its share per
+/// request); where none waits, the other lanes run their steps anyway and the lane spares only
+/// its own row in them (the curve's slope at `n`). A row that costs nothing is still worth a
+/// little (the lane's reply comes sooner), so rows a step gets for nothing are drafted.
+fn token_ms(batch: &Curve, n: usize, lanes: usize, waiting: usize) -> Option<f64> {
+    const SOONER: f64 = 1e-6;
+    let step = batch.at(n)?;
+    if lanes <= 1 || waiting > 0 {
+        return Some(step / lanes.max(1) as f64);
+    }
+    let row = step - batch.at(n - 1).unwrap_or(step);
+    Some(row.max(SOONER))
+}
+
+/// The draft length whose expected accepted tokens, each worth `saved` ms ([`token_ms`]), save
+/// more than the rows they add to a step of `base_n` tokens (0: none pays; `proposed` before any
 /// decode was measured).
-fn best_len(batch: &Curve, proposed: usize, base_n: usize, lanes: usize, expected: &dyn Fn(usize) -> f64) -> usize {
-    let Some(base) = batch.at(base_n) else { return proposed };
+fn best_len(
+    batch: &Curve,
+    proposed: usize,
+    base_n: usize,
+    saved: Option<f64>,
+    expected: &dyn Fn(usize) -> f64,
+) -> usize {
+    let (Some(base), Some(saved)) = (batch.at(base_n), saved) else { return proposed };
     let (mut best, mut best_gain) = (0, 0.0);
     for k in 1..=proposed {
+        // The rows cost every request of the step.
         let extra = batch.at(base_n + k).unwrap_or(base) - base;
-        // Each accepted token saves this lane one step (shared by `lanes` requests); the rows
-        // cost every request of the step.
-        let gain = expected(k) * base / lanes as f64 - extra;
+        let gain = expected(k) * saved - extra;
         if gain > best_gain {
             (best, best_gain) = (k, gain);
         }
@@ -423,28 +459,34 @@ struct LaneStep {
     k_max: usize,
     /// Tokens of the step without this lane's draft.
     others: usize,
-    lanes: usize,
     own_last: usize,
 }
 
 /// On a device where a changed shape costs `ratio` times a repeated one (`base`: the ms of a
-/// repeated step of the other lanes' rows, None before any): a lane verifies `k_max` rows or
-/// none, its proposal padded with filler, so that its steps keep one shape. Drafting pays where
+/// repeated step of the other lanes' rows and what an accepted token saves ([`token_ms`]), None
+/// before any): a lane verifies `k_max` rows or none, its proposal padded with filler, so that
+/// its steps keep one shape. Drafting pays where
 /// the lane's expected accepted tokens save more step time than the rows add to a repeated step
 /// (sizes not measured yet: try them) plus, for a lane that did not hold its rows last step,
 /// the two changed steps that starting and stopping cost, spread over [`HOLD_ROUNDS`] rounds. A
 /// lane that held `k_max` rows last step and has nothing to propose sends filler alone while
 /// drafting still pays and the rows cost less than the changed step they spare.
-fn held_rows(stable: &Curve, base: Option<f64>, ratio: f64, r: LaneStep, expected: &dyn Fn(usize) -> f64) -> DraftRows {
+fn held_rows(
+    stable: &Curve,
+    base: Option<(f64, f64)>,
+    ratio: f64,
+    r: LaneStep,
+    expected: &dyn Fn(usize) -> f64,
+) -> DraftRows {
     let verify = r.proposal.min(r.k_max);
-    let Some(base) = base else {
+    let Some((base, saved)) = base else {
         return if verify > 0 { DraftRows { verify, pad: r.k_max - verify } } else { DraftRows::default() };
     };
     let extra = stable.at_measured(r.others + r.k_max).map_or(0.0, |ms| (ms - base).max(0.0));
     let change = (ratio - 1.0) * base;
     let held = r.own_last == r.k_max && r.k_max > 0;
     let start = if held { 0.0 } else { 2.0 * change / HOLD_ROUNDS };
-    let pays = expected(r.k_max) * base / r.lanes as f64 > extra + start;
+    let pays = expected(r.k_max) * saved > extra + start;
     if pays && verify > 0 {
         return DraftRows { verify, pad: r.k_max - verify };
     }

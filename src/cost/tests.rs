@@ -114,11 +114,51 @@ fn on_a_gpu_drafts_are_free_up_to_the_rows_a_step_gets_for_nothing() {
     let c = gpu();
     // Solo: any acceptance pays for 16 rows that cost nothing.
     assert_eq!(c.draft_len(16, 0.3, 1), 16);
-    // A pool of 8 whose other lanes already drafted 30 rows: past 32 rows each costs 1/35 ms.
+    // A pool of 8 with no drafts in its step: rows the curve shows free (to its class of 16-31
+    // rows, whose average is 20.5) cost nothing, so a lane drafts them whatever its acceptance
+    // (its reply comes sooner), and not one row more at that acceptance.
+    assert_eq!(c.draft_len(16, 0.3, 8), 12);
+    // Whose other lanes already drafted 30 rows: past 32 rows each costs 1/35 ms. With requests
+    // waiting for a lane, an accepted token lets one in sooner, worth the step's share per
+    // request: a lane that copies drafts, one that seldom does drafts less.
     c.record_batch(38, 38, 30, 3.2);
+    c.record_waiting(4);
     let k = c.draft_len(16, 0.2, 8);
     assert!(k < 16, "low acceptance at a marginal cost: {k}");
     assert!(c.draft_len(16, 0.99, 8) >= 12);
+    // With none waiting, the other lanes' steps run anyway: an accepted token spares only the
+    // lane's own row in them (1/35 ms), what a drafted row costs, so nothing pays.
+    c.record_waiting(0);
+    assert_eq!(c.draft_len(16, 0.99, 8), 0);
+}
+
+/// The pool of 8 of bench_speculative (d) on two CPU cores (docs/benchmarks.md): a step of 1 row
+/// 7.9 ms, then ~2.8 ms a row.
+fn cpu_pool() -> Costs {
+    let c = Costs::default();
+    for _ in 0..3 {
+        for (n, ms) in [(1, 7.9), (3, 16.2), (4, 22.3), (11, 39.9), (23, 77.2), (45, 137.6)] {
+            c.record_batch(n, n, 0, ms);
+        }
+    }
+    c
+}
+
+#[test]
+fn in_a_pool_nobody_waits_for_a_lane_drafts_only_where_its_rows_cost_less_than_the_rows_they_spare() {
+    let c = cpu_pool();
+    // Half the pool copying (81% of drafted tokens accepted), the other half writing: the
+    // writers' steps run until they end whatever the copiers do, so a copier's accepted token
+    // spares one row of a step and costs one: no draft pays (bench (d) ran 0.87-0.94x drafting).
+    let copier = |k: usize| 0.81 * k as f64;
+    assert_eq!(c.draft_rows(16, 16, 8, 0, &copier).verify, 0);
+    // With requests waiting, a copier that ends sooner lets one in: the step's 8 tokens become
+    // 8 plus its accepted ones, and that pays for the rows.
+    c.record_waiting(8);
+    assert!(c.draft_rows(16, 16, 8, 0, &copier).verify >= 8);
+    // Alone, an accepted token saves a whole step.
+    c.record_waiting(0);
+    assert_eq!(c.draft_rows(16, 16, 1, 0, &copier).verify, 16);
 }
 
 #[test]
@@ -267,8 +307,13 @@ fn a_device_tries_holding_rows_until_runs_of_one_shape_say_whether_it_pays() {
 #[test]
 fn a_lane_starts_holding_rows_only_where_its_drafts_repay_the_change() {
     let c = graphs();
-    // A step of 8 lanes: a lane expecting one token a round does not pay for a change of every
-    // lane's step; one copying whole drafts does.
+    // A step of 8 lanes with requests waiting: a lane expecting one token a round does not pay
+    // for a change of every lane's step; one copying whole drafts does.
+    c.record_waiting(2);
     assert_eq!(c.draft_rows(5, 16, 8, 0, &|k| geometric(0.5, k)), DraftRows::default());
     assert_eq!(c.draft_rows(5, 16, 8, 0, &|k| k as f64), DraftRows { verify: 5, pad: 11 });
+    // With none waiting, the other lanes' steps run anyway and a copy's tokens spare only its
+    // rows in them: not worth changing everyone's step.
+    c.record_waiting(0);
+    assert_eq!(c.draft_rows(5, 16, 8, 0, &|k| k as f64), DraftRows::default());
 }

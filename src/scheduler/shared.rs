@@ -150,8 +150,12 @@ impl State {
     /// Requests admitted (running) and waiting (queued, or reserved and making their prompt).
     pub(super) fn counts(&self) -> (usize, usize) {
         let running = self.jobs.iter().filter(|j| j.state.is_admitted()).count();
-        let queued = self.jobs.iter().filter(|j| j.state.is_queued()).count();
-        (running, queued + self.reserved)
+        (running, self.queued() + self.reserved)
+    }
+
+    /// Requests waiting in the queue for a lane or for cells.
+    pub(super) fn queued(&self) -> usize {
+        self.jobs.iter().filter(|j| j.state.is_queued()).count()
     }
 
     /// What the requests in the scheduler hold on the host: their token lists (prompt and
