@@ -9,8 +9,8 @@
 //!      `ngram-map-k`, `ngram-mod` (goal ≥ 1.0× the best), and llama-server without;
 //!  (d) a pool of 8 parallel conversations, half copying and half free text: aggregate tokens/s
 //!      with speculation / without (goal ≥ 0.97, issue 41);
-//!  (e) the same pool given 16 such conversations at once, 8 of them waiting for a lane at
-//!      first: the same ratio (goal ≥ 0.97).
+//!  (e) the same pool given 16 such conversations at once (`LLB_BENCH_QUEUED`), 8 of them
+//!      waiting for a lane at first: the same ratio (goal ≥ 0.97).
 //!
 //!   scripts/bench-speculative.sh      LLB_BENCH_THREADS=N (default 2), LLB_BENCH_REPS=N (3),
 //!                                     LLB_BENCH_SPECULATIVE='{"type":..}' (default: llb's)
@@ -223,6 +223,6 @@ fn main() {
         pool(8);
     }
     if only.is_empty() || only.contains('e') {
-        pool(16);
+        pool(std::env::var("LLB_BENCH_QUEUED").ok().and_then(|v| v.parse().ok()).unwrap_or(16));
     }
 }
