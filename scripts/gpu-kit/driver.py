@@ -15,7 +15,8 @@ Rows (docs/gpu.md, "The GPU kit"):
   (2) one engine alternating two conversations with ~2,900-token system prompts: prompt ms per
       turn with the prompt cache and with ram_bytes 0
   (3) speculation (default) vs "speculative": false: a story at T=0.8, a pool of 8 where half
-      the requests copy a passage, a random-weight small model's text
+      the requests copy a passage (8 requests, then 40: 32 waiting for a lane at first), a
+      random-weight small model's text
   (4) "repeat this passage": llb vs llama-server --spec-type each n-gram type, and none
   (5) the strict edit_file call copying a passage, speculation on vs off
 Rows 3-5 copy text only with real weights (--real); on random weights they time the machinery.
@@ -450,23 +451,31 @@ class Kit:
         e.close()
         n = 4 if self.small_sizes else 8
 
-        def pool_run(spec):
+        def pool_run(spec, count):
             p = self.llb.pool(self.base(self.spec_model, n_parallel=n, n_ctx=2048 * n))
-            reqs = [dict(self.repeat_req(mt + 100) if i % 2 == 0 else self.story(i, mt), speculative=spec) for i in range(n)]
-            wall, rs = parallel(n, p.infer, reqs)
+            reqs = [dict(self.repeat_req(mt + 100) if i % 2 == 0 else self.story(i, mt), speculative=spec)
+                    for i in range(count)]
+            wall, rs = parallel(count, p.infer, reqs)
             stats = p.stats()
             p.close()
             return sum(map(tokens, rs)) / wall, stats
-        ons, offs = [], []
-        for _ in range(self.reps):
-            r_on, st_on = pool_run(True)
-            r_off, st_off = pool_run(False)
-            ons.append(r_on)
-            offs.append(r_off)
-        on, off = statistics.median(ons), statistics.median(offs)
-        print(f"    pool of {n}, half copying: {on:8.1f} / {off:8.1f} tok/s overall = {ratio(on, off)}")
-        print(f"      cost_model (on):  {json.dumps(st_on.get('cost_model'), separators=(',', ':'))}")
-        print(f"      cost_model (off): {json.dumps(st_off.get('cost_model'), separators=(',', ':'))}")
+        # n requests (none waits for a lane: the copying lanes' drafts pay only for their own rows),
+        # then 5n (4n wait at first: a lane that ends sooner lets one in). Each repetition swaps
+        # which of the two pools goes first.
+        for count in (n, 5 * n):
+            ons, offs = [], []
+            for rep in range(self.reps):
+                if rep % 2:
+                    offs.append(pool_run(False, count)[0])
+                r_on, st_on = pool_run(True, count)
+                ons.append(r_on)
+                if rep % 2 == 0:
+                    r_off, st_off = pool_run(False, count)
+                    offs.append(r_off)
+            on, off = statistics.median(ons), statistics.median(offs)
+            print(f"    pool of {n}, {count} requests, half copying: {on:8.1f} / {off:8.1f} tok/s overall = {ratio(on, off)}")
+            print(f"      cost_model (on):  {json.dumps(st_on.get('cost_model'), separators=(',', ':'))}")
+            print(f"      cost_model (off): {json.dumps(st_off.get('cost_model'), separators=(',', ':'))}")
         e = self.llb.engine(self.base(self.a.small, n_ctx=4096))
         on, off, same, last = self.on_off(e, self.story(7, mt))
         print(f"    random small model:     {on:8.1f} / {off:8.1f} = {ratio(on, off)}  identical: {same}; {drafts(last)}"
