@@ -46,8 +46,8 @@ const SHAPE_PENALTY: f64 = 1.5;
 /// What a device's changed shape is taken to cost, in repeated steps, before [`SHAPE_RUNS`] runs
 /// were measured: held rows are tried, and they make the runs that measure it.
 const SHAPE_ASSUMED: f64 = 2.0;
-/// Rounds a lane that starts holding its rows is expected to hold them (what starting costs is
-/// spread over them).
+/// Rounds a lane that starts holding its rows is expected to hold them before its own holds
+/// were measured (what starting costs is spread over them): the prior of [`Acceptance::hold_rounds`].
 const HOLD_ROUNDS: f64 = 8.0;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -208,6 +208,22 @@ impl Shapes {
     }
 }
 
+/// What a lane's past says of its drafts: the tokens a draft of `k` is expected to have
+/// accepted ([`Acceptance::expected`]), and the rounds a hold of its rows is expected to last
+/// ([`Acceptance::hold_rounds`]; [`HOLD_ROUNDS`] for a bare function of `k`).
+pub trait LaneRecord {
+    fn expected(&self, k: usize) -> f64;
+    fn hold_rounds(&self) -> f64 {
+        HOLD_ROUNDS
+    }
+}
+
+impl<F: Fn(usize) -> f64> LaneRecord for F {
+    fn expected(&self, k: usize) -> f64 {
+        self(k)
+    }
+}
+
 /// The rows a lane verifies after its step: `verify` drafted tokens, then `pad` filler tokens
 /// (rows that keep the step's shape; a filler is accepted only where the model chooses it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -349,8 +365,8 @@ impl Costs {
 
     /// The rows a lane verifies after its step: `proposal` drafted tokens at hand (0: none), in
     /// a draft of at most `k_max`, with `lanes` requests in the step, `own_last` rows in this
-    /// lane's last draft, and `expected(k)` accepted tokens of a draft of `k` (the lane's
-    /// [`Acceptance::expected`]). Where shapes cost nothing, the length whose expected accepted
+    /// lane's last draft, and the lane's record (`lane`: its [`Acceptance`]). Where shapes cost
+    /// nothing, the length whose expected accepted
     /// tokens save most step time for the rows it adds; where a changed shape costs, `k_max`
     /// rows or none ([`held_rows`]).
     pub fn draft_rows(
@@ -359,7 +375,7 @@ impl Costs {
         k_max: usize,
         lanes: usize,
         own_last: usize,
-        expected: &dyn Fn(usize) -> f64,
+        lane: &dyn LaneRecord,
     ) -> DraftRows {
         let mut m = self.model();
         let lanes = lanes.max(1);
@@ -369,12 +385,12 @@ impl Costs {
                 let curve = if m.stable.at(others).is_some() { &m.stable } else { &m.batch };
                 let saved = token_ms(curve, others, lanes, m.waiting);
                 let at = LaneStep { proposal, k_max, others, own_last };
-                held_rows(&m.stable, curve.at(others).zip(saved), ratio, at, expected)
+                held_rows(&m.stable, curve.at(others).zip(saved), ratio, at, lane)
             }
             None => {
                 let base_n = lanes + m.last_draft_rows;
                 let saved = token_ms(&m.batch, base_n, lanes, m.waiting);
-                let verify = best_len(&m.batch, proposal, base_n, saved, expected);
+                let verify = best_len(&m.batch, proposal, base_n, saved, &|k| lane.expected(k));
                 DraftRows { verify, pad: 0 }
             }
         };
@@ -465,19 +481,13 @@ struct LaneStep {
 /// On a device where a changed shape costs `ratio` times a repeated one (`base`: the ms of a
 /// repeated step of the other lanes' rows and what an accepted token saves ([`token_ms`]), None
 /// before any): a lane verifies `k_max` rows or none, its proposal padded with filler, so that
-/// its steps keep one shape. Drafting pays where
-/// the lane's expected accepted tokens save more step time than the rows add to a repeated step
-/// (sizes not measured yet: try them) plus, for a lane that did not hold its rows last step,
-/// the two changed steps that starting and stopping cost, spread over [`HOLD_ROUNDS`] rounds. A
-/// lane that held `k_max` rows last step and has nothing to propose sends filler alone while
+/// its steps keep one shape. Drafting pays where the lane's expected accepted tokens save more
+/// step time than the rows add to a repeated step (sizes not measured yet: try them) plus, for
+/// a lane that did not hold its rows last step, the two changed steps that starting and
+/// stopping cost, spread over the rounds its holds last ([`LaneRecord::hold_rounds`]). A lane
+/// that held `k_max` rows last step and has nothing to propose sends filler alone while
 /// drafting still pays and the rows cost less than the changed step they spare.
-fn held_rows(
-    stable: &Curve,
-    base: Option<(f64, f64)>,
-    ratio: f64,
-    r: LaneStep,
-    expected: &dyn Fn(usize) -> f64,
-) -> DraftRows {
+fn held_rows(stable: &Curve, base: Option<(f64, f64)>, ratio: f64, r: LaneStep, lane: &dyn LaneRecord) -> DraftRows {
     let verify = r.proposal.min(r.k_max);
     let Some((base, saved)) = base else {
         return if verify > 0 { DraftRows { verify, pad: r.k_max - verify } } else { DraftRows::default() };
@@ -485,8 +495,8 @@ fn held_rows(
     let extra = stable.at_measured(r.others + r.k_max).map_or(0.0, |ms| (ms - base).max(0.0));
     let change = (ratio - 1.0) * base;
     let held = r.own_last == r.k_max && r.k_max > 0;
-    let start = if held { 0.0 } else { 2.0 * change / HOLD_ROUNDS };
-    let pays = expected(r.k_max) * saved > extra + start;
+    let start = if held { 0.0 } else { 2.0 * change / lane.hold_rounds().max(1.0) };
+    let pays = lane.expected(r.k_max) * saved > extra + start;
     if pays && verify > 0 {
         return DraftRows { verify, pad: r.k_max - verify };
     }
@@ -517,7 +527,15 @@ pub struct Acceptance {
     accepted: f64,
     refused: f64,
     runs: std::collections::VecDeque<usize>,
+    /// Where a device holds a lane's rows: the holds that ended and their rounds (counts that
+    /// fade by [`HOLD_FADE`]), and the rounds of the one going on.
+    holds: f64,
+    hold_sum: f64,
+    holding: usize,
 }
+
+/// How the counts of a lane's holds fade with every hold that ends.
+const HOLD_FADE: f64 = 0.6;
 
 /// Rounds a lane's expectation is drawn from.
 const RUNS: usize = 8;
@@ -549,6 +567,36 @@ impl Acceptance {
 
     pub fn p(&self) -> f64 {
         (self.accepted + 1.0) / (self.accepted + self.refused + 2.0)
+    }
+
+    /// A round sent `rows` rows where holding them means `k_max`: a hold goes on, or ends.
+    pub fn hold(&mut self, rows: usize, k_max: usize) {
+        match rows == k_max && k_max > 0 {
+            true => self.holding += 1,
+            false => self.end_hold(),
+        }
+    }
+
+    /// The lane's request ended: a hold going on ends with it.
+    pub fn end_hold(&mut self) {
+        if self.holding > 0 {
+            self.holds = self.holds * HOLD_FADE + 1.0;
+            self.hold_sum = self.hold_sum * HOLD_FADE + self.holding as f64;
+            self.holding = 0;
+        }
+    }
+}
+
+impl LaneRecord for Acceptance {
+    fn expected(&self, k: usize) -> f64 {
+        Acceptance::expected(self, k)
+    }
+
+    /// The rounds this lane's holds lasted, on average over recent ones, with a prior of half a
+    /// hold of [`HOLD_ROUNDS`]: a lane whose n-gram matches come and go (free text) holds its
+    /// rows a round or two, one copying a passage for many.
+    fn hold_rounds(&self) -> f64 {
+        (self.hold_sum + HOLD_ROUNDS / 2.0) / (self.holds + 0.5)
     }
 }
 

@@ -317,3 +317,37 @@ fn a_lane_starts_holding_rows_only_where_its_drafts_repay_the_change() {
     c.record_waiting(0);
     assert_eq!(c.draft_rows(5, 16, 8, 0, &|k| k as f64), DraftRows::default());
 }
+
+#[test]
+fn a_lane_whose_holds_end_at_once_stops_starting_them_where_a_change_costs() {
+    let c = graphs();
+    let mut story = Acceptance::default();
+    for _ in 0..8 {
+        story.record(16, 1);
+    }
+    // Never held yet: the prior (holds of 8 rounds) says a token a round repays the start.
+    assert_eq!(c.draft_rows(5, 16, 1, 0, &story), DraftRows { verify: 5, pad: 11 });
+    // Its holds lasted a round each (n-gram matches that broke off at once): a start costs two
+    // changed steps for one round of drafts, more than a token a round saves.
+    for _ in 0..3 {
+        story.hold(16, 16);
+        story.hold(0, 16);
+    }
+    assert!(story.hold_rounds() < 2.5, "{}", story.hold_rounds());
+    assert_eq!(c.draft_rows(5, 16, 1, 0, &story), DraftRows::default());
+    // Holding already, it goes on while its drafts pay: there is no start to repay.
+    assert_eq!(c.draft_rows(5, 16, 1, 16, &story), DraftRows { verify: 5, pad: 11 });
+    // A lane copying whole drafts starts whatever its holds lasted.
+    let mut copy = story.clone();
+    for _ in 0..8 {
+        copy.record(16, 16);
+    }
+    assert_eq!(c.draft_rows(5, 16, 1, 0, &copy), DraftRows { verify: 5, pad: 11 });
+    // A request that ends while holding counts the hold it had.
+    let mut long = Acceptance::default();
+    for _ in 0..20 {
+        long.hold(16, 16);
+    }
+    long.end_hold();
+    assert!(long.hold_rounds() > HOLD_ROUNDS, "{}", long.hold_rounds());
+}

@@ -321,10 +321,7 @@ impl<'a> Speculation<'a> {
         }
         self.round = draft.len();
         let mut rows = match &d.costs {
-            Some(costs) => {
-                let acceptance = &self.acceptance;
-                costs.draft_rows(draft.len(), n_max, d.busy_lanes(), own_last, &|k| acceptance.expected(k))
-            }
+            Some(costs) => costs.draft_rows(draft.len(), n_max, d.busy_lanes(), own_last, &self.acceptance),
             None => DraftRows { verify: draft.len(), pad: 0 },
         };
         if rows.pad == 0 && rows.verify < d.draft_min.max(1) {
@@ -345,6 +342,7 @@ impl<'a> Speculation<'a> {
         self.stats.drafted += rows.verify;
         self.real = rows.verify;
         self.last_rows = draft.len();
+        self.acceptance.hold(draft.len(), n_max);
         self.pending.extend(&draft);
         Ok(draft)
     }
@@ -387,6 +385,7 @@ impl<'a> Speculation<'a> {
 
 impl Drop for Speculation<'_> {
     fn drop(&mut self) {
+        self.acceptance.end_hold();
         let kept = std::mem::take(&mut self.acceptance);
         self.drafters.acceptance.lock().unwrap_or_else(|p| p.into_inner())[self.lane] = kept;
         self.drafters.free().push(self.lane);
