@@ -366,9 +366,8 @@ impl Costs {
     /// The rows a lane verifies after its step: `proposal` drafted tokens at hand (0: none), in
     /// a draft of at most `k_max`, with `lanes` requests in the step, `own_last` rows in this
     /// lane's last draft, and the lane's record (`lane`: its [`Acceptance`]). Where shapes cost
-    /// nothing, the length whose expected accepted
-    /// tokens save most step time for the rows it adds; where a changed shape costs, `k_max`
-    /// rows or none ([`held_rows`]).
+    /// nothing, the length whose expected accepted tokens save most step time for the rows it
+    /// adds; where a changed shape costs, `k_max` rows or none ([`held_rows`]).
     pub fn draft_rows(
         &self,
         proposal: usize,
