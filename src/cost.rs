@@ -17,8 +17,9 @@
 //! - draft only as many tokens as the lane's acceptance pays for at the measured marginal cost
 //!   of their rows in the pool's step ([`Costs::draft_rows`]), an accepted token valued at what
 //!   the pool saves by it: a whole step for a lone request; in a pool, the step's share per
-//!   request where a request waits for a lane (the lane that finishes sooner lets it in), else
-//!   only the lane's own row in the steps the other lanes run anyway;
+//!   request where a request waits for a lane (the lane that finishes sooner lets it in) or
+//!   every lane has something to copy, else only the lane's own row in the steps the other
+//!   lanes run anyway;
 //! - on a device that runs a step whose shape repeats much faster than one whose shape changed
 //!   (CUDA replays a captured graph; a CPU does not care), a lane verifies a fixed number of
 //!   rows or none, its proposal padded with filler, so that its steps keep one shape.
@@ -147,8 +148,13 @@ struct Model {
     came_back: f64,
     /// Draft rows in the last decode (every lane's).
     last_draft_rows: usize,
-    /// Requests waiting for a lane at the last decode.
+    /// Requests waiting for a lane at the last decode, and requests in its step.
     waiting: usize,
+    step_requests: usize,
+    /// Lanes with something to copy (a proposal, verified or followed in the shadow) for the
+    /// step being made, and for the last one.
+    copying: usize,
+    last_copying: usize,
     restores_skipped: u64,
     stashes_skipped: u64,
     /// Tensor copies the state transfers took, and the pieces (cell ranges and cells) they
@@ -276,9 +282,17 @@ impl Costs {
         m.last_draft_rows = draft_rows;
     }
 
-    /// `waiting` requests wait for a lane (the queue of a pool's scheduler) as a step is made.
-    pub fn record_waiting(&self, waiting: usize) {
-        self.model().waiting = waiting;
+    /// A step of `requests` requests was decoded while `waiting` more waited for a lane (the
+    /// queue of a pool's scheduler); the lanes that now draft for the next step count anew.
+    pub fn record_step(&self, requests: usize, waiting: usize) {
+        let mut m = self.model();
+        (m.step_requests, m.waiting) = (requests, waiting);
+        m.last_copying = std::mem::take(&mut m.copying);
+    }
+
+    /// A lane follows a proposal it did not verify (its shadow): it has something to copy.
+    pub fn copying(&self) {
+        self.model().copying += 1;
     }
 
     /// A state of `bytes` (of a sequence of `tokens` tokens) moved in `ms`.
@@ -379,16 +393,20 @@ impl Costs {
         let mut m = self.model();
         let lanes = lanes.max(1);
         let others = lanes + m.last_draft_rows.saturating_sub(own_last);
+        m.copying += usize::from(proposal > 0);
+        // Where every request of the last step had something to copy, the pool's steps get
+        // fewer as its lanes' do: valued as where requests wait.
+        let waiting = m.waiting + usize::from(m.step_requests > 0 && m.last_copying >= m.step_requests);
         let rows = match m.shapes.penalty().filter(|_| self.on_device) {
             Some(ratio) => {
                 let curve = if m.stable.at(others).is_some() { &m.stable } else { &m.batch };
-                let saved = token_ms(curve, others, lanes, m.waiting);
+                let saved = token_ms(curve, others, lanes, waiting);
                 let at = LaneStep { proposal, k_max, others, own_last };
                 held_rows(&m.stable, curve.at(others).zip(saved), ratio, at, lane)
             }
             None => {
                 let base_n = lanes + m.last_draft_rows;
-                let saved = token_ms(&m.batch, base_n, lanes, m.waiting);
+                let saved = token_ms(&m.batch, base_n, lanes, waiting);
                 let verify = best_len(&m.batch, proposal, base_n, saved, &|k| lane.expected(k));
                 DraftRows { verify, pad: 0 }
             }
@@ -432,8 +450,9 @@ fn geometric(p: f64, k: usize) -> f64 {
 /// requests with `waiting` more waiting for a lane (None before any decode). Alone, the lane's
 /// next step. In a pool, the pool's tokens per step: where a request waits, the lane that
 /// finishes sooner lets it in, so the step's cost is shared by one more token (its share per
-/// request); where none waits, the other lanes run their steps anyway and the lane spares only
-/// its own row in them (the curve's slope at `n`). A row that costs nothing is still worth a
+/// request; the same where every lane copies: the pool's steps get fewer as all of theirs do);
+/// where none waits, the other lanes run their steps anyway and the lane spares only its own
+/// row in them (the curve's slope at `n`). A row that costs nothing is still worth a
 /// little (the lane's reply comes sooner), so rows a step gets for nothing are drafted.
 fn token_ms(batch: &Curve, n: usize, lanes: usize, waiting: usize) -> Option<f64> {
     const SOONER: f64 = 1e-6;

@@ -122,13 +122,13 @@ fn on_a_gpu_drafts_are_free_up_to_the_rows_a_step_gets_for_nothing() {
     // waiting for a lane, an accepted token lets one in sooner, worth the step's share per
     // request: a lane that copies drafts, one that seldom does drafts less.
     c.record_batch(38, 38, 30, 3.2);
-    c.record_waiting(4);
+    c.record_step(0, 4);
     let k = c.draft_len(16, 0.2, 8);
     assert!(k < 16, "low acceptance at a marginal cost: {k}");
     assert!(c.draft_len(16, 0.99, 8) >= 12);
     // With none waiting, the other lanes' steps run anyway: an accepted token spares only the
     // lane's own row in them (1/35 ms), what a drafted row costs, so nothing pays.
-    c.record_waiting(0);
+    c.record_step(0, 0);
     assert_eq!(c.draft_len(16, 0.99, 8), 0);
 }
 
@@ -154,11 +154,25 @@ fn in_a_pool_nobody_waits_for_a_lane_drafts_only_where_its_rows_cost_less_than_t
     assert_eq!(c.draft_rows(16, 16, 8, 0, &copier).verify, 0);
     // With requests waiting, a copier that ends sooner lets one in: the step's 8 tokens become
     // 8 plus its accepted ones, and that pays for the rows.
-    c.record_waiting(8);
+    c.record_step(0, 8);
     assert!(c.draft_rows(16, 16, 8, 0, &copier).verify >= 8);
     // Alone, an accepted token saves a whole step.
-    c.record_waiting(0);
+    c.record_step(0, 0);
     assert_eq!(c.draft_rows(16, 16, 1, 0, &copier).verify, 16);
+    // Where every request of the last step had something to copy (the copiers outlived the
+    // stories), the pool's steps get fewer as all of theirs do: drafts pay as with a queue.
+    c.record_step(8, 0);
+    for _ in 0..8 {
+        c.draft_rows(16, 16, 8, 0, &copier);
+    }
+    c.record_step(8, 0);
+    assert!(c.draft_rows(16, 16, 8, 0, &copier).verify >= 8);
+    // Seven of eight: the one writing runs its steps anyway.
+    for _ in 0..6 {
+        c.draft_rows(16, 16, 8, 0, &copier);
+    }
+    c.record_step(8, 0);
+    assert_eq!(c.draft_rows(16, 16, 8, 0, &copier).verify, 0);
 }
 
 #[test]
@@ -309,12 +323,12 @@ fn a_lane_starts_holding_rows_only_where_its_drafts_repay_the_change() {
     let c = graphs();
     // A step of 8 lanes with requests waiting: a lane expecting one token a round does not pay
     // for a change of every lane's step; one copying whole drafts does.
-    c.record_waiting(2);
+    c.record_step(0, 2);
     assert_eq!(c.draft_rows(5, 16, 8, 0, &|k| geometric(0.5, k)), DraftRows::default());
     assert_eq!(c.draft_rows(5, 16, 8, 0, &|k| k as f64), DraftRows { verify: 5, pad: 11 });
     // With none waiting, the other lanes' steps run anyway and a copy's tokens spare only its
     // rows in them: not worth changing everyone's step.
-    c.record_waiting(0);
+    c.record_step(0, 0);
     assert_eq!(c.draft_rows(5, 16, 8, 0, &|k| k as f64), DraftRows::default());
 }
 

@@ -305,6 +305,9 @@ impl<'a> Speculation<'a> {
         let n_max = d.draft_max.min(room);
         let own_last = std::mem::take(&mut self.last_rows);
         let last = self.fresh.last().copied();
+        if !self.shadow.is_empty() {
+            d.costs.iter().for_each(|c| c.copying());
+        }
         if self.failed || n_max == 0 || n_max < d.draft_min || !self.shadow.is_empty() {
             return Ok(Vec::new());
         }
