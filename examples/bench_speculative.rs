@@ -11,6 +11,8 @@
 //!      with speculation / without (goal ≥ 0.97, issue 41);
 //!  (e) the same pool given 16 such conversations at once (`LLB_BENCH_QUEUED`), 8 of them
 //!      waiting for a lane at first: the same ratio (goal ≥ 0.97).
+//!      `LLB_BENCH_STORY_TOKENS` sets the pools' stories' length (default 200: the copies end
+//!      first; 40: the copies outlive the stories).
 //!
 //!   scripts/bench-speculative.sh      LLB_BENCH_THREADS=N (default 2), LLB_BENCH_REPS=N (3),
 //!                                     LLB_BENCH_SPECULATIVE='{"type":..}' (default: llb's)
@@ -75,6 +77,16 @@ fn repeat_request() -> Value {
 fn story_request(seed: u64) -> Value {
     json!({"messages": [{"role": "user", "content": "Write a short story about a fox who learns to play the violin."}],
         "temperature": 0.8, "seed": seed, "max_tokens": 200})
+}
+
+/// A story of the pools (d) and (e): `LLB_BENCH_STORY_TOKENS` tokens at most (default 200, longer
+/// than the copies, ~131 tokens: the stories end last).
+fn pool_story(seed: u64) -> Value {
+    let mut r = story_request(seed);
+    if let Some(n) = std::env::var("LLB_BENCH_STORY_TOKENS").ok().and_then(|v| v.parse::<u64>().ok()) {
+        r["max_tokens"] = json!(n);
+    }
+    r
 }
 
 fn with_spec(req: &Value, on: bool) -> String {
@@ -168,7 +180,7 @@ fn pool(n: u64) {
     let run = |on: bool| {
         let p = Pool::create(config(json!({"n_parallel": 8, "n_ctx": 16384, "max_queue": n}))).unwrap();
         let reqs: Vec<String> = (0..n)
-            .map(|i| if i % 2 == 0 { with_spec(&repeat_request(), on) } else { with_spec(&story_request(i), on) })
+            .map(|i| if i % 2 == 0 { with_spec(&repeat_request(), on) } else { with_spec(&pool_story(i), on) })
             .collect();
         let t = Instant::now();
         let replies: Vec<Value> = std::thread::scope(|s| {
