@@ -148,7 +148,7 @@ struct Model {
     came_back: f64,
     /// Draft rows in the last decode (every lane's).
     last_draft_rows: usize,
-    /// Requests waiting for a lane at the last decode, and requests in its step.
+    /// Requests waiting for a lane at the last decode, and requests running.
     waiting: usize,
     step_requests: usize,
     /// Lanes with something to copy (a proposal, verified or followed in the shadow) for the
@@ -282,8 +282,9 @@ impl Costs {
         m.last_draft_rows = draft_rows;
     }
 
-    /// A step of `requests` requests was decoded while `waiting` more waited for a lane (the
-    /// queue of a pool's scheduler); the lanes that now draft for the next step count anew.
+    /// A step was decoded with `requests` requests running and `waiting` more waiting for a
+    /// lane (the queue of a pool's scheduler); the lanes that now draft for the next step count
+    /// anew.
     pub fn record_step(&self, requests: usize, waiting: usize) {
         let mut m = self.model();
         (m.step_requests, m.waiting) = (requests, waiting);
@@ -394,8 +395,8 @@ impl Costs {
         let lanes = lanes.max(1);
         let others = lanes + m.last_draft_rows.saturating_sub(own_last);
         m.copying += usize::from(proposal > 0);
-        // Where every request of the last step had something to copy, the pool's steps get
-        // fewer as its lanes' do: valued as where requests wait.
+        // Where every request running had something to copy for the last step, the pool's steps
+        // get fewer as its lanes' do: valued as where requests wait.
         let waiting = m.waiting + usize::from(m.step_requests > 0 && m.last_copying >= m.step_requests);
         let rows = match m.shapes.penalty().filter(|_| self.on_device) {
             Some(ratio) => {

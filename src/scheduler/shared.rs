@@ -149,8 +149,12 @@ pub(super) struct State {
 impl State {
     /// Requests admitted (running) and waiting (queued, or reserved and making their prompt).
     pub(super) fn counts(&self) -> (usize, usize) {
-        let running = self.jobs.iter().filter(|j| j.state.is_admitted()).count();
-        (running, self.queued() + self.reserved)
+        (self.running(), self.queued() + self.reserved)
+    }
+
+    /// Requests admitted: holding a sequence, not left.
+    pub(super) fn running(&self) -> usize {
+        self.jobs.iter().filter(|j| j.state.is_admitted()).count()
     }
 
     /// Requests waiting in the queue for a lane or for cells.

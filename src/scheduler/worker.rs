@@ -402,7 +402,9 @@ impl Worker {
             }
         }
         // Before the requests hear of their rows: they size their next drafts by it.
-        self.shared.costs.record_step(entries.len(), st.queued());
+        // Every request running counts, not only those in this step (a request whose thread
+        // was late for it still runs its own steps).
+        self.shared.costs.record_step(st.running(), st.queued());
         self.deliver(st, entries, took);
         // The step's cost: the device's work and copying its logits rows out (a verifying
         // batch's rows are host work a GPU's decode time does not show).
