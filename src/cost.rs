@@ -150,7 +150,7 @@ struct Model {
     last_draft_rows: usize,
     /// Requests waiting for a lane at the last decode, and requests running.
     waiting: usize,
-    step_requests: usize,
+    running: usize,
     /// Lanes with something to copy (a proposal, verified or followed in the shadow) for the
     /// step being made, and for the last one.
     copying: usize,
@@ -287,7 +287,7 @@ impl Costs {
     /// anew.
     pub fn record_step(&self, requests: usize, waiting: usize) {
         let mut m = self.model();
-        (m.step_requests, m.waiting) = (requests, waiting);
+        (m.running, m.waiting) = (requests, waiting);
         m.last_copying = std::mem::take(&mut m.copying);
     }
 
@@ -395,19 +395,19 @@ impl Costs {
         let lanes = lanes.max(1);
         let others = lanes + m.last_draft_rows.saturating_sub(own_last);
         m.copying += usize::from(proposal > 0);
-        // Where every request running had something to copy for the last step, the pool's steps
-        // get fewer as its lanes' do: valued as where requests wait.
-        let waiting = m.waiting + usize::from(m.step_requests > 0 && m.last_copying >= m.step_requests);
+        // The pool's steps get fewer as this lane's do where a request waits for a lane, or where
+        // every request running had something to copy for the last step.
+        let fewer_steps = m.waiting > 0 || (m.running > 0 && m.last_copying >= m.running);
         let rows = match m.shapes.penalty().filter(|_| self.on_device) {
             Some(ratio) => {
                 let curve = if m.stable.at(others).is_some() { &m.stable } else { &m.batch };
-                let saved = token_ms(curve, others, lanes, waiting);
+                let saved = token_ms(curve, others, lanes, fewer_steps);
                 let at = LaneStep { proposal, k_max, others, own_last };
                 held_rows(&m.stable, curve.at(others).zip(saved), ratio, at, lane)
             }
             None => {
                 let base_n = lanes + m.last_draft_rows;
-                let saved = token_ms(&m.batch, base_n, lanes, waiting);
+                let saved = token_ms(&m.batch, base_n, lanes, fewer_steps);
                 let verify = best_len(&m.batch, proposal, base_n, saved, &|k| lane.expected(k));
                 DraftRows { verify, pad: 0 }
             }
@@ -448,17 +448,16 @@ fn geometric(p: f64, k: usize) -> f64 {
 }
 
 /// What a lane's accepted drafted token saves, in ms of a step of `n` tokens shared by `lanes`
-/// requests with `waiting` more waiting for a lane (None before any decode). Alone, the lane's
-/// next step. In a pool, the pool's tokens per step: where a request waits, the lane that
-/// finishes sooner lets it in, so the step's cost is shared by one more token (its share per
-/// request; the same where every lane copies: the pool's steps get fewer as all of theirs do);
-/// where none waits, the other lanes run their steps anyway and the lane spares only its own
-/// row in them (the curve's slope at `n`). A row that costs nothing is still worth a
+/// requests (None before any decode). Alone, the lane's next step. In a pool, the pool's tokens
+/// per step: where its steps get fewer as the lane's do (`fewer_steps`: a request waits, and the
+/// lane that finishes sooner lets it in; or every lane copies), the step's cost is shared by one
+/// more token (its share per request); otherwise the other lanes run their steps anyway and the
+/// lane spares only its own row in them (the curve's slope at `n`). A row that costs nothing is still worth a
 /// little (the lane's reply comes sooner), so rows a step gets for nothing are drafted.
-fn token_ms(batch: &Curve, n: usize, lanes: usize, waiting: usize) -> Option<f64> {
+fn token_ms(batch: &Curve, n: usize, lanes: usize, fewer_steps: bool) -> Option<f64> {
     const SOONER: f64 = 1e-6;
     let step = batch.at(n)?;
-    if lanes <= 1 || waiting > 0 {
+    if lanes <= 1 || fewer_steps {
         return Some(step / lanes.max(1) as f64);
     }
     let row = step - batch.at(n - 1).unwrap_or(step);

@@ -306,9 +306,11 @@ impl<'a> Speculation<'a> {
         let own_last = std::mem::take(&mut self.last_rows);
         let last = self.fresh.last().copied();
         if !self.shadow.is_empty() {
+            // Following a proposal it did not verify: it has something to copy, nothing to draft.
             d.costs.iter().for_each(|c| c.copying());
+            return Ok(Vec::new());
         }
-        if self.failed || n_max == 0 || n_max < d.draft_min || !self.shadow.is_empty() {
+        if self.failed || n_max == 0 || n_max < d.draft_min {
             return Ok(Vec::new());
         }
         let mut draft = match self.propose(n_max) {
