@@ -193,18 +193,23 @@ fn pool(n: u64) {
         let drafts = (sum("/timings/draft_n"), sum("/timings/draft_accepted_n"));
         (tokens as f64 / secs, drafts, p.stats()["cost_model"].clone())
     };
-    let (mut on, mut off, mut last) = (Vec::new(), Vec::new(), None);
+    let (mut on, mut off, mut last, mut off_model) = (Vec::new(), Vec::new(), None, Value::Null);
     // Each repetition runs the two in the other order, so that neither is always first on a
     // machine whose speed drifts.
     for i in 0..reps() {
+        let mut without = || {
+            let (tps, _, model) = run(false);
+            off.push(tps);
+            off_model = model;
+        };
         if i % 2 == 1 {
-            off.push(run(false).0);
+            without();
         }
         let (tps, drafts, model) = run(true);
         on.push(tps);
         last = Some((drafts, model));
         if i % 2 == 0 {
-            off.push(run(false).0);
+            without();
         }
     }
     let runs = format!("runs with {on:.0?}, without {off:.0?}");
@@ -213,8 +218,8 @@ fn pool(n: u64) {
     println!("({row}) pool of 8, {n} requests{waiting}, half copying: {on:.1} / {off:.1} tokens/s overall = {:.2}x (goal >= 0.97); {runs}", on / off);
     if let Some(((drafted, accepted), m)) = last {
         println!(
-            "    last run with speculation: {drafted} drafted, {accepted} accepted, {} cut by the cost model; batch ms by rows {}",
-            m["draft_tokens_cut"], m["batch_ms"]
+            "    last run with speculation: {drafted} drafted, {accepted} accepted, {} cut by the cost model, {} decodes (without: {}); batch ms by rows {}",
+            m["draft_tokens_cut"], m["decodes"], off_model["decodes"], m["batch_ms"]
         );
     }
 }

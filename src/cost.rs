@@ -4,7 +4,8 @@
 //! - **Batches**: the time of a decode of n tokens (device work included: the scheduler times
 //!   `llama_decode` through `llama_synchronize`), an average per power-of-two size class,
 //!   interpolated between the classes measured. A prompt's cost is its chunks'; a draft's cost is
-//!   what its rows add to the step they ride on.
+//!   what its rows add to the step they ride on, read off the decodes whose every token has its
+//!   logits row (steps, not prompts) once those are measured.
 //! - **States**: bytes per ms of a sequence's state out of the context (a stash), back in (a
 //!   restore), and off the disk.
 //!
@@ -19,7 +20,7 @@
 //!   the pool saves by it: a whole step for a lone request; in a pool, the step's share per
 //!   request where a request waits for a lane (the lane that finishes sooner lets it in) or
 //!   every lane has something to copy, else only the lane's own row in the steps the other
-//!   lanes run anyway;
+//!   lanes run anyway; in a pool, by a margin over the curve's noise ([`POOL_DOUBT`]);
 //! - on a device that runs a step whose shape repeats much faster than one whose shape changed
 //!   (CUDA replays a captured graph; a CPU does not care), a lane verifies a fixed number of
 //!   rows or none, its proposal padded with filler, so that its steps keep one shape.
@@ -47,6 +48,15 @@ const SHAPE_PENALTY: f64 = 1.5;
 /// What a device's changed shape is taken to cost, in repeated steps, before [`SHAPE_RUNS`] runs
 /// were measured: held rows are tried, and they make the runs that measure it.
 const SHAPE_ASSUMED: f64 = 2.0;
+/// What an accepted token of a lane in a pool is taken to be worth, of what the curve says it
+/// saves (a share of the steps the pool no longer runs, or a row in the steps it runs anyway):
+/// a saving in steps to come, read off the curve's points, each of which moves by ±10% from run
+/// to run on two CPU cores (bench_speculative: a step of 8 rows 26-34 ms), while a draft's rows
+/// are spent now for certain. Where a row saved and a row drafted cost about the same (a CPU),
+/// a draft must pay by this margin or it gambles rows on noise (bench (e) lost 5% drafting at
+/// 68-78% acceptance, which the curve said paid); where rows are free (a GPU under its knee)
+/// the margin changes nothing. A lone lane's token saves a whole step, measured: no margin.
+const POOL_DOUBT: f64 = 0.8;
 /// Rounds a lane that starts holding its rows is expected to hold them before its own holds
 /// were measured (what starting costs is spread over them): the prior of [`Acceptance::hold_rounds`].
 const HOLD_ROUNDS: f64 = 8.0;
@@ -130,6 +140,9 @@ impl Rate {
 #[derive(Debug, Default)]
 struct Model {
     batch: Curve,
+    /// The decodes whose every token has its logits row (steps and their drafts, no prompt):
+    /// what a drafted row costs, which a prompt's row (no logits) understates.
+    steps: Curve,
     /// The same decodes by where they fall in a run of one shape (tokens, logits rows):
     /// `changed` the first step of a run, `stable` its third and later (the second is where a
     /// device captures the shape's graph: in `batch` only).
@@ -151,10 +164,9 @@ struct Model {
     /// Requests waiting for a lane at the last decode, and requests running.
     waiting: usize,
     running: usize,
-    /// Lanes with something to copy (a proposal, verified or followed in the shadow) for the
-    /// step being made, and for the last one.
+    /// Lanes whose latest draft had something to copy (a proposal, verified or followed in the
+    /// shadow): each lane says when it starts and when it stops, whatever step it is at.
     copying: usize,
-    last_copying: usize,
     restores_skipped: u64,
     stashes_skipped: u64,
     /// Tensor copies the state transfers took, and the pieces (cell ranges and cells) they
@@ -274,6 +286,9 @@ impl Costs {
     pub fn record_batch(&self, tokens: usize, outputs: usize, draft_rows: usize, ms: f64) {
         let mut m = self.model();
         m.batch.record(tokens, ms);
+        if outputs == tokens {
+            m.steps.record(tokens, ms);
+        }
         match m.shapes.record((tokens, outputs), ms) {
             1 => m.changed.record(tokens, ms),
             2 => {}
@@ -283,17 +298,17 @@ impl Costs {
     }
 
     /// A step was decoded with `requests` requests running and `waiting` more waiting for a
-    /// lane (the queue of a pool's scheduler); the lanes that now draft for the next step count
-    /// anew.
+    /// lane (the queue of a pool's scheduler).
     pub fn record_step(&self, requests: usize, waiting: usize) {
         let mut m = self.model();
         (m.running, m.waiting) = (requests, waiting);
-        m.last_copying = std::mem::take(&mut m.copying);
     }
 
-    /// A lane follows a proposal it did not verify (its shadow): it has something to copy.
-    pub fn copying(&self) {
-        self.model().copying += 1;
+    /// A lane starts (`true`) or stops (`false`) having something to copy. A gauge, not a count
+    /// per step: a lane whose thread is late for a step still counts as it last said.
+    pub fn copying(&self, starts: bool) {
+        let mut m = self.model();
+        m.copying = if starts { m.copying + 1 } else { m.copying.saturating_sub(1) };
     }
 
     /// A state of `bytes` (of a sequence of `tokens` tokens) moved in `ms`.
@@ -394,10 +409,9 @@ impl Costs {
         let mut m = self.model();
         let lanes = lanes.max(1);
         let others = lanes + m.last_draft_rows.saturating_sub(own_last);
-        m.copying += usize::from(proposal > 0);
         // The pool's steps get fewer as this lane's do where a request waits for a lane, or where
-        // every request running had something to copy for the last step.
-        let fewer_steps = m.waiting > 0 || (m.running > 0 && m.last_copying >= m.running);
+        // every request running has something to copy.
+        let fewer_steps = m.waiting > 0 || (m.running > 0 && m.copying >= m.running);
         let rows = match m.shapes.penalty().filter(|_| self.on_device) {
             Some(ratio) => {
                 let curve = if m.stable.at(others).is_some() { &m.stable } else { &m.batch };
@@ -406,9 +420,13 @@ impl Costs {
                 held_rows(&m.stable, curve.at(others).zip(saved), ratio, at, lane)
             }
             None => {
-                let base_n = lanes + m.last_draft_rows;
-                let saved = token_ms(&m.batch, base_n, lanes, fewer_steps);
-                let verify = best_len(&m.batch, proposal, base_n, saved, &|k| lane.expected(k));
+                // Steps of two sizes or more measured, to this size: sizes past them cost their
+                // share of the largest (Curve::at). Else every decode's curve (a lone engine
+                // that never verified a draft would never try one by its first step alone).
+                let steps = m.steps.points().count() >= 2 && m.steps.at_measured(others).is_some();
+                let curve = if steps { &m.steps } else { &m.batch };
+                let saved = token_ms(curve, others, lanes, fewer_steps);
+                let verify = best_len(curve, proposal, others, saved, &|k| lane.expected(k));
                 DraftRows { verify, pad: 0 }
             }
         };
@@ -423,6 +441,7 @@ impl Costs {
         let rate = |r: &Rate| (r.seen > 0).then(|| (r.bytes_per_ms * 1000.0 / 1e6 * 10.0).round() / 10.0);
         json!({
             "batch_ms": points(&m.batch),
+            "decodes": m.batch.points().map(|p| p.seen).sum::<u64>(),
             "state_out_mb_per_s": rate(&m.state_out),
             "state_in_mb_per_s": rate(&m.state_in),
             "disk_read_mb_per_s": rate(&m.disk_read),
@@ -433,6 +452,7 @@ impl Costs {
             "stashes_skipped": m.stashes_skipped,
             "draft_tokens_cut": m.draft_tokens_cut,
             "rows_padded": m.rows_padded,
+            "lanes_copying": m.copying,
             "shape_first_over_third": (m.shapes.runs > 0).then(|| (m.shapes.ratio * 100.0).round() / 100.0),
             "shape_runs": m.shapes.runs,
             "batch_ms_shape_repeated": points(&m.stable),
@@ -452,16 +472,21 @@ fn geometric(p: f64, k: usize) -> f64 {
 /// per step: where its steps get fewer as the lane's do (`fewer_steps`: a request waits, and the
 /// lane that finishes sooner lets it in; or every lane copies), the step's cost is shared by one
 /// more token (its share per request); otherwise the other lanes run their steps anyway and the
-/// lane spares only its own row in them (the curve's slope at `n`). A row that costs nothing is still worth a
-/// little (the lane's reply comes sooner), so rows a step gets for nothing are drafted.
+/// lane spares only its own row in them (the curve's slope at `n`). In a pool, less
+/// [`POOL_DOUBT`]'s margin.
+/// A row that costs nothing is still worth a little (the lane's reply comes sooner), so rows a
+/// step gets for nothing are drafted.
 fn token_ms(batch: &Curve, n: usize, lanes: usize, fewer_steps: bool) -> Option<f64> {
     const SOONER: f64 = 1e-6;
     let step = batch.at(n)?;
-    if lanes <= 1 || fewer_steps {
-        return Some(step / lanes.max(1) as f64);
+    if lanes <= 1 {
+        return Some(step);
     }
-    let row = step - batch.at(n - 1).unwrap_or(step);
-    Some(row.max(SOONER))
+    let saved = match fewer_steps {
+        true => step / lanes as f64,
+        false => step - batch.at(n - 1).unwrap_or(step),
+    };
+    Some((saved * POOL_DOUBT).max(SOONER))
 }
 
 /// The draft length whose expected accepted tokens, each worth `saved` ms ([`token_ms`]), save

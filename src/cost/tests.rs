@@ -151,28 +151,63 @@ fn in_a_pool_nobody_waits_for_a_lane_drafts_only_where_its_rows_cost_less_than_t
     // writers' steps run until they end whatever the copiers do, so a copier's accepted token
     // spares one row of a step and costs one: no draft pays (bench (d) ran 0.87-0.94x drafting).
     let copier = |k: usize| 0.81 * k as f64;
+    let whole = |k: usize| 0.97 * k as f64;
     assert_eq!(c.draft_rows(16, 16, 8, 0, &copier).verify, 0);
+    assert_eq!(c.draft_rows(16, 16, 8, 0, &whole).verify, 0);
     // With requests waiting, a copier that ends sooner lets one in: the step's 8 tokens become
-    // 8 plus its accepted ones, and that pays for the rows.
+    // 8 plus its accepted ones, and that pays for the rows where nearly all are accepted. At
+    // 81% the saving is within the curve's noise of the rows' cost (bench (e) lost 5% drafting
+    // at 68-78%): a few rows at most.
     c.record_step(0, 8);
-    assert!(c.draft_rows(16, 16, 8, 0, &copier).verify >= 8);
+    assert!(c.draft_rows(16, 16, 8, 0, &whole).verify >= 8);
+    assert!(c.draft_rows(16, 16, 8, 0, &copier).verify < 8);
     // Alone, an accepted token saves a whole step.
     c.record_step(0, 0);
     assert_eq!(c.draft_rows(16, 16, 1, 0, &copier).verify, 16);
-    // Where every request of the last step had something to copy (the copiers outlived the
-    // stories), the pool's steps get fewer as all of theirs do: drafts pay as with a queue.
+    // Where every request running has something to copy (the copiers outlived the stories),
+    // the pool's steps get fewer as all of theirs do: drafts pay as with a queue.
     c.record_step(8, 0);
-    for _ in 0..8 {
-        c.draft_rows(16, 16, 8, 0, &copier);
-    }
+    (0..8).for_each(|_| c.copying(true));
+    assert!(c.draft_rows(16, 16, 8, 0, &whole).verify >= 8);
+    // The lanes say so once, not every step: a lane late for a step still counts.
     c.record_step(8, 0);
-    assert!(c.draft_rows(16, 16, 8, 0, &copier).verify >= 8);
+    assert!(c.draft_rows(16, 16, 8, 0, &whole).verify >= 8);
     // Seven of eight: the one writing runs its steps anyway.
-    for _ in 0..6 {
-        c.draft_rows(16, 16, 8, 0, &copier);
+    c.copying(false);
+    assert_eq!(c.draft_rows(16, 16, 8, 0, &whole).verify, 0);
+    // The writer ended: the seven left all copy.
+    c.record_step(7, 0);
+    assert!(c.draft_rows(16, 16, 7, 0, &whole).verify >= 8);
+}
+
+/// A run of bench_speculative (d) on two CPU cores where a copier drafted 137 tokens with none
+/// waiting: steps of ~2.7 ms a row from 4 rows up, its verifying steps of 24 rows, and the
+/// prompts' batch of 175 tokens (8 logits rows), cheaper per token than a step's rows.
+fn cpu_pool_drafting() -> Costs {
+    let c = Costs::default();
+    for _ in 0..3 {
+        c.record_batch(175, 8, 0, 360.871);
+        for (n, ms) in [(3, 18.065), (4, 19.233), (10, 35.923), (24, 73.385)] {
+            c.record_batch(n, n, n.saturating_sub(8).min(16), ms);
+        }
     }
+    c
+}
+
+#[test]
+fn a_copier_weighs_its_next_draft_against_the_step_without_its_own_last_draft() {
+    let c = cpu_pool_drafting();
     c.record_step(8, 0);
+    let copier = |k: usize| 0.99 * k as f64;
+    // The last step held this lane's 16 drafted rows: without them the step is 8 rows, where a
+    // row costs what the draft's rows do, so a draft within the curve's noise does not pay.
+    assert_eq!(c.draft_rows(16, 16, 8, 16, &copier).verify, 0);
+    // Another lane's 16 rows: the step is 24 rows, and the rows past it cost what a step's
+    // rows do, not what the prompts' rows did (they have no logits to compute).
     assert_eq!(c.draft_rows(16, 16, 8, 0, &copier).verify, 0);
+    // A request waiting: the copier that ends sooner lets it in, and that pays.
+    c.record_step(8, 1);
+    assert_eq!(c.draft_rows(16, 16, 8, 16, &copier).verify, 16);
 }
 
 #[test]

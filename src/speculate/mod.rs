@@ -239,6 +239,8 @@ pub struct Speculation<'a> {
     failed: bool,
     /// A proposal not verified (it did not pay): the reply's next tokens are compared with it.
     shadow: std::collections::VecDeque<Token>,
+    /// The lane's latest draft had something to copy (as the costs' gauge last heard).
+    copying: bool,
     /// How often this lane's drafted tokens are accepted.
     acceptance: Acceptance,
     pub stats: DraftStats,
@@ -261,6 +263,7 @@ impl<'a> Speculation<'a> {
             round_accepted: 0,
             failed: false,
             shadow: Default::default(),
+            copying: false,
             acceptance,
             stats: DraftStats::default(),
         };
@@ -307,10 +310,11 @@ impl<'a> Speculation<'a> {
         let last = self.fresh.last().copied();
         if !self.shadow.is_empty() {
             // Following a proposal it did not verify: it has something to copy, nothing to draft.
-            d.costs.iter().for_each(|c| c.copying());
+            self.copies(true);
             return Ok(Vec::new());
         }
         if self.failed || n_max == 0 || n_max < d.draft_min {
+            self.copies(false);
             return Ok(Vec::new());
         }
         let mut draft = match self.propose(n_max) {
@@ -324,6 +328,7 @@ impl<'a> Speculation<'a> {
         if draft.len() < d.draft_min.max(1) {
             draft.clear();
         }
+        self.copies(!draft.is_empty());
         self.round = draft.len();
         let mut rows = match &d.costs {
             Some(costs) => costs.draft_rows(draft.len(), n_max, d.busy_lanes(), own_last, &self.acceptance),
@@ -385,11 +390,21 @@ impl<'a> Speculation<'a> {
         }
         self.failed = true;
         self.fresh = Vec::new();
+        self.copies(false);
+    }
+
+    /// The lane has (`now`) something to copy or not: the costs' gauge hears of a change.
+    fn copies(&mut self, now: bool) {
+        if now != self.copying {
+            self.copying = now;
+            self.drafters.costs.iter().for_each(|c| c.copying(now));
+        }
     }
 }
 
 impl Drop for Speculation<'_> {
     fn drop(&mut self) {
+        self.copies(false);
         self.acceptance.end_hold();
         let kept = std::mem::take(&mut self.acceptance);
         self.drafters.acceptance.lock().unwrap_or_else(|p| p.into_inner())[self.lane] = kept;

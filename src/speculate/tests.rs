@@ -172,6 +172,32 @@ fn a_draft_that_does_not_pay_is_followed_in_the_shadow_until_it_would() {
 }
 
 #[test]
+fn a_lane_tells_the_costs_while_it_has_something_to_copy_and_stops_when_it_leaves() {
+    let costs = linear_costs();
+    let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(costs.clone());
+    let copying = || costs.stats()["lanes_copying"].as_u64().unwrap();
+    let h = repeating();
+    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
+    s.follow(&h[h.len() - 1..]);
+    s.draft(64, |t| Ok(t.len())).unwrap();
+    assert_eq!(copying(), 1, "a proposal, even one followed in the shadow");
+    s.follow(&[114]);
+    s.draft(64, |t| Ok(t.len())).unwrap();
+    assert_eq!(copying(), 1, "said once, not once a step");
+    // The reply leaves the passage: nothing to copy.
+    s.follow(&[7]);
+    s.draft(64, |t| Ok(t.len())).unwrap();
+    assert_eq!(copying(), 0);
+    drop(s);
+    let mut again = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
+    again.follow(&h[h.len() - 1..]);
+    again.draft(64, |t| Ok(t.len())).unwrap();
+    assert_eq!(copying(), 1);
+    drop(again);
+    assert_eq!(copying(), 0, "a request that ends stops counting");
+}
+
+#[test]
 fn rows_that_cost_nothing_are_drafted_whole() {
     let c = Costs::default();
     for n in 1..=64 {
