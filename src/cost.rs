@@ -4,8 +4,7 @@
 //! - **Batches**: the time of a decode of n tokens (device work included: the scheduler times
 //!   `llama_decode` through `llama_synchronize`), an average per power-of-two size class,
 //!   interpolated between the classes measured. A prompt's cost is its chunks'; a draft's cost is
-//!   what its rows add to the step they ride on, read off the decodes whose every token has its
-//!   logits row (steps, not prompts) once those are measured.
+//!   what its rows add to the step they ride on.
 //! - **States**: bytes per ms of a sequence's state out of the context (a stash), back in (a
 //!   restore), and off the disk.
 //!
@@ -76,9 +75,13 @@ struct Curve {
 }
 
 impl Curve {
+    /// A decode of `n` tokens took `ms`. A class's first decode may pay what only a first one
+    /// does (llama.cpp grows its output buffer for more logits rows than before, pages are
+    /// touched for the first time: a lone lane's first verifying step of 17 rows took 17 ms
+    /// where later ones took ~3), so the second replaces it, and later ones average in.
     fn record(&mut self, n: usize, ms: f64) {
         let c = &mut self.classes[class(n)];
-        let a = if c.seen == 0 { 1.0 } else { ALPHA.max(1.0 / (c.seen as f64 + 1.0)) };
+        let a = if c.seen <= 1 { 1.0 } else { ALPHA.max(1.0 / (c.seen as f64 + 1.0)) };
         c.n += a * (n as f64 - c.n);
         c.ms += a * (ms - c.ms);
         c.seen += 1;
@@ -86,6 +89,22 @@ impl Curve {
 
     fn points(&self) -> impl Iterator<Item = &Point> {
         self.classes.iter().filter(|p| p.seen > 0)
+    }
+
+    /// The curve with each class measured only once ([`Curve::record`]) no dearer than the
+    /// classes measured more than once around it say: a first decode's one-time cost is not
+    /// believed until a second decode of its size confirms it (sizes past the settled ones keep
+    /// what they measured).
+    fn settled(&self) -> Curve {
+        let mut sure = self.clone();
+        sure.classes.iter_mut().filter(|p| p.seen == 1).for_each(|p| *p = Point::default());
+        let mut c = self.clone();
+        for p in c.classes.iter_mut().filter(|p| p.seen == 1) {
+            if let Some(ms) = sure.at_measured(p.n.round() as usize) {
+                p.ms = p.ms.min(ms);
+            }
+        }
+        c
     }
 
     /// [`Curve::at`] where a size of `n` or more was measured (None: larger than any seen).
@@ -140,9 +159,6 @@ impl Rate {
 #[derive(Debug, Default)]
 struct Model {
     batch: Curve,
-    /// The decodes whose every token has its logits row (steps and their drafts, no prompt):
-    /// what a drafted row costs, which a prompt's row (no logits) understates.
-    steps: Curve,
     /// The same decodes by where they fall in a run of one shape (tokens, logits rows):
     /// `changed` the first step of a run, `stable` its third and later (the second is where a
     /// device captures the shape's graph: in `batch` only).
@@ -286,9 +302,6 @@ impl Costs {
     pub fn record_batch(&self, tokens: usize, outputs: usize, draft_rows: usize, ms: f64) {
         let mut m = self.model();
         m.batch.record(tokens, ms);
-        if outputs == tokens {
-            m.steps.record(tokens, ms);
-        }
         match m.shapes.record((tokens, outputs), ms) {
             1 => m.changed.record(tokens, ms),
             2 => {}
@@ -420,13 +433,10 @@ impl Costs {
                 held_rows(&m.stable, curve.at(others).zip(saved), ratio, at, lane)
             }
             None => {
-                // Steps of two sizes or more measured, to this size: sizes past them cost their
-                // share of the largest (Curve::at). Else every decode's curve (a lone engine
-                // that never verified a draft would never try one by its first step alone).
-                let steps = m.steps.points().count() >= 2 && m.steps.at_measured(others).is_some();
-                let curve = if steps { &m.steps } else { &m.batch };
-                let saved = token_ms(curve, others, lanes, fewer_steps);
-                let verify = best_len(curve, proposal, others, saved, &|k| lane.expected(k));
+                // Sizes measured once are tried again before they are believed.
+                let curve = m.batch.settled();
+                let saved = token_ms(&curve, others, lanes, fewer_steps);
+                let verify = best_len(&curve, proposal, others, saved, &|k| lane.expected(k));
                 DraftRows { verify, pad: 0 }
             }
         };
