@@ -482,10 +482,9 @@ fn geometric(p: f64, k: usize) -> f64 {
 /// per step: where its steps get fewer as the lane's do (`fewer_steps`: a request waits, and the
 /// lane that finishes sooner lets it in; or every lane copies), the step's cost is shared by one
 /// more token (its share per request); otherwise the other lanes run their steps anyway and the
-/// lane spares only its own row in them (the curve's slope at `n`). In a pool, less
-/// [`POOL_DOUBT`]'s margin.
-/// A row that costs nothing is still worth a little (the lane's reply comes sooner), so rows a
-/// step gets for nothing are drafted.
+/// lane spares only its own row in them (the curve's slope at `n`); either less
+/// [`POOL_DOUBT`]'s margin. A row that costs nothing is still worth a little (the lane's reply
+/// comes sooner), so rows a step gets for nothing are drafted.
 fn token_ms(batch: &Curve, n: usize, lanes: usize, fewer_steps: bool) -> Option<f64> {
     const SOONER: f64 = 1e-6;
     let step = batch.at(n)?;
