@@ -11,6 +11,8 @@
 //!      with speculation / without (goal ≥ 0.97, issue 41);
 //!  (e) the same pool given 16 such conversations at once (`LLB_BENCH_QUEUED`), 8 of them
 //!      waiting for a lane at first: the same ratio (goal ≥ 0.97).
+//!      The pools also print each repetition's own ratio's median (runs alternate; a machine that
+//!      drifts moves both runs of a pair alike).
 //!      `LLB_BENCH_STORY_TOKENS` sets the pools' stories' length (default 200: the copies end
 //!      first; 40: the copies outlive the stories).
 //!
@@ -212,7 +214,14 @@ fn pool(n: u64) {
             without();
         }
     }
-    let runs = format!("runs with {on:.0?}, without {off:.0?}");
+    // Each repetition's own ratio: a machine that drifts moves both runs of a pair alike.
+    let pairs: Vec<f64> = on.iter().zip(&off).map(|(a, b)| a / b).collect();
+    let ahead = pairs.iter().filter(|&&r| r >= 1.0).count();
+    let runs = format!(
+        "pairs' median {:.3}x, on ahead in {ahead} of {}; runs with {on:.0?}, without {off:.0?}",
+        median(pairs.clone()),
+        pairs.len()
+    );
     let (on, off) = (median(on), median(off));
     let (row, waiting) = if n > 8 { ('e', format!(", {} waiting at first", n - 8)) } else { ('d', String::new()) };
     println!("({row}) pool of 8, {n} requests{waiting}, half copying: {on:.1} / {off:.1} tokens/s overall = {:.2}x (goal >= 0.97); {runs}", on / off);

@@ -16,10 +16,11 @@
 //!   came back, than the stash costs now plus the restore later ([`Costs::stash_pays`]);
 //! - draft only as many tokens as the lane's acceptance pays for at the measured marginal cost
 //!   of their rows in the pool's step ([`Costs::draft_rows`]), an accepted token valued at what
-//!   the pool saves by it: a whole step for a lone request; in a pool, the step's share per
-//!   request where a request waits for a lane (the lane that finishes sooner lets it in) or
-//!   every lane has something to copy, else only the lane's own row in the steps the other
-//!   lanes run anyway; in a pool, by a margin over the curve's noise ([`POOL_DOUBT`]);
+//!   the pool saves by it: a whole step for a lone request; in a pool, the step's cost per
+//!   request where every lane has something to copy (the pool ends when they do), what the step
+//!   costs per token it yields where a request waits for a lane (the lane that finishes sooner
+//!   lets it in), else only the lane's own row in the steps the other lanes run anyway; in a pool, by a margin over the curve's noise ([`POOL_DOUBT`]), a wider
+//!   one where the saving rests on a queue outlasting the lanes' work ([`QUEUE_DOUBT`]);
 //! - on a device that runs a step whose shape repeats much faster than one whose shape changed
 //!   (CUDA replays a captured graph; a CPU does not care), a lane verifies a fixed number of
 //!   rows or none, its proposal padded with filler, so that its steps keep one shape.
@@ -52,10 +53,18 @@ const SHAPE_ASSUMED: f64 = 2.0;
 /// a saving in steps to come, read off the curve's points, each of which moves by ±10% from run
 /// to run on two CPU cores (bench_speculative: a step of 8 rows 26-34 ms), while a draft's rows
 /// are spent now for certain. Where a row saved and a row drafted cost about the same (a CPU),
-/// a draft must pay by this margin or it gambles rows on noise (bench (e) lost 5% drafting at
-/// 68-78% acceptance, which the curve said paid); where rows are free (a GPU under its knee)
-/// the margin changes nothing. A lone lane's token saves a whole step, measured: no margin.
+/// a draft must pay by this margin or it gambles rows on noise; where rows are free (a GPU
+/// under its knee) the margin changes nothing. A lone lane's token saves a whole step,
+/// measured: no margin. Where requests wait, [`QUEUE_DOUBT`] instead.
 const POOL_DOUBT: f64 = 0.8;
+/// The same where a lane's token is worth its share of the pool's steps because a request waits
+/// for a lane: the lane that ends sooner lets it in, which makes the pool's steps fewer only
+/// where the queue outlasts the lanes' work. In a burst the pool's last steps are set by the
+/// lanes that run the longest requests back to back: in bench (e), 449 accepted drafted tokens
+/// saved 9 of 404 steps, 0.02 steps each where the share counts 1/8, and drafting at 0.8 and
+/// 0.7 of the share lost 4% (0 of 12 pairs ahead at 0.7). At half, a CPU's rows (a row ~2.8 ms
+/// against a share of ~3.7 ms in a step of 8) do not pay; a GPU's rows, nearly free, still do.
+const QUEUE_DOUBT: f64 = 0.5;
 /// Rounds a lane that starts holding its rows is expected to hold them before its own holds
 /// were measured (what starting costs is spread over them): the prior of [`Acceptance::hold_rounds`].
 const HOLD_ROUNDS: f64 = 8.0;
@@ -183,6 +192,10 @@ struct Model {
     /// Lanes whose latest draft had something to copy (a proposal, verified or followed in the
     /// shadow): each lane says when it starts and when it stops, whatever step it is at.
     copying: usize,
+    /// Drafted rows verified and, of them, accepted, every lane's (halved together as they
+    /// grow: recent rounds weigh most): what the other lanes' draft rows in a step yield.
+    verified: f64,
+    accepted: f64,
     restores_skipped: u64,
     stashes_skipped: u64,
     /// Tensor copies the state transfers took, and the pieces (cell ranges and cells) they
@@ -324,6 +337,11 @@ impl Costs {
         m.copying = if starts { m.copying + 1 } else { m.copying.saturating_sub(1) };
     }
 
+    /// `n` verified drafted tokens of a lane were accepted.
+    pub fn accepted(&self, n: usize) {
+        self.model().accepted += n as f64;
+    }
+
     /// A state of `bytes` (of a sequence of `tokens` tokens) moved in `ms`.
     pub fn record_state(&self, t: Transfer, bytes: usize, tokens: usize, ms: f64) {
         let mut m = self.model();
@@ -422,25 +440,34 @@ impl Costs {
         let mut m = self.model();
         let lanes = lanes.max(1);
         let others = lanes + m.last_draft_rows.saturating_sub(own_last);
-        // The pool's steps get fewer as this lane's do where a request waits for a lane, or where
-        // every request running has something to copy.
-        let fewer_steps = m.waiting > 0 || (m.running > 0 && m.copying >= m.running);
+        // The pool's steps get fewer as this lane's do where every request running has something
+        // to copy, or (less surely) where a request waits for a lane.
+        let saving = match (m.running > 0 && m.copying >= m.running, m.waiting > 0) {
+            (true, _) => Saving::Lockstep,
+            (false, true) => Saving::Queue { yield_rows: (m.accepted + 1.0) / (m.verified + 2.0) },
+            (false, false) => Saving::OwnRow,
+        };
+        let step = PoolStep { n: others, lanes, saving };
         let rows = match m.shapes.penalty().filter(|_| self.on_device) {
             Some(ratio) => {
                 let curve = if m.stable.at(others).is_some() { &m.stable } else { &m.batch };
-                let saved = token_ms(curve, others, lanes, fewer_steps);
+                let saved = token_ms(curve, step);
                 let at = LaneStep { proposal, k_max, others, own_last };
                 held_rows(&m.stable, curve.at(others).zip(saved), ratio, at, lane)
             }
             None => {
                 // Sizes measured once are tried again before they are believed.
                 let curve = m.batch.settled();
-                let saved = token_ms(&curve, others, lanes, fewer_steps);
+                let saved = token_ms(&curve, step);
                 let verify = best_len(&curve, proposal, others, saved, &|k| lane.expected(k));
                 DraftRows { verify, pad: 0 }
             }
         };
         m.draft_tokens_cut += proposal.saturating_sub(rows.verify) as u64;
+        m.verified += rows.verify as f64;
+        if m.verified > 512.0 {
+            (m.verified, m.accepted) = (m.verified / 2.0, m.accepted / 2.0);
+        }
         m.rows_padded += rows.pad as u64;
         rows
     }
@@ -463,6 +490,7 @@ impl Costs {
             "draft_tokens_cut": m.draft_tokens_cut,
             "rows_padded": m.rows_padded,
             "lanes_copying": m.copying,
+            "drafted_rows_accepted": ((m.accepted + 1.0) / (m.verified + 2.0) * 100.0).round() / 100.0,
             "shape_first_over_third": (m.shapes.runs > 0).then(|| (m.shapes.ratio * 100.0).round() / 100.0),
             "shape_runs": m.shapes.runs,
             "batch_ms_shape_repeated": points(&m.stable),
@@ -477,25 +505,52 @@ fn geometric(p: f64, k: usize) -> f64 {
     (1..=k).map(|i| p.powi(i as i32)).sum()
 }
 
-/// What a lane's accepted drafted token saves, in ms of a step of `n` tokens shared by `lanes`
-/// requests (None before any decode). Alone, the lane's next step. In a pool, the pool's tokens
-/// per step: where its steps get fewer as the lane's do (`fewer_steps`: a request waits, and the
-/// lane that finishes sooner lets it in; or every lane copies), the step's cost is shared by one
-/// more token (its share per request); otherwise the other lanes run their steps anyway and the
-/// lane spares only its own row in them (the curve's slope at `n`); either less
-/// [`POOL_DOUBT`]'s margin. A row that costs nothing is still worth a little (the lane's reply
-/// comes sooner), so rows a step gets for nothing are drafted.
-fn token_ms(batch: &Curve, n: usize, lanes: usize, fewer_steps: bool) -> Option<f64> {
+/// A lane's step as [`token_ms`] sees it: `n` tokens without the lane's draft, `lanes` requests,
+/// and what the pool gets back for the lane's accepted token.
+#[derive(Clone, Copy)]
+struct PoolStep {
+    n: usize,
+    lanes: usize,
+    saving: Saving,
+}
+
+/// What a pool gets back for a lane's accepted token.
+#[derive(Clone, Copy)]
+enum Saving {
+    /// Every request running copies: the pool ends when they do, its lanes in step, so each of
+    /// its steps, drafts and all, is spared once every lane is a token further.
+    Lockstep,
+    /// A request waits for a lane: the lane that ends sooner lets it in, and the pool's tokens
+    /// per ms are what a draft changes; `yield_rows`: the share of the pool's verified drafted
+    /// rows that were accepted.
+    Queue { yield_rows: f64 },
+    /// Neither: the other lanes run their steps anyway, and the lane spares its own row in one.
+    OwnRow,
+}
+
+/// What a lane's accepted drafted token saves, in ms of its step (None before any decode).
+/// Alone, the lane's next step. In a pool, by [`Saving`]: in lockstep, the step's cost per
+/// lane; on a queue, what the step costs per token it yields (its `lanes` tokens and the other
+/// lanes' accepted drafted rows), so that a draft pays where it raises the pool's tokens per ms
+/// (the step's cost per lane there made each lane's draft pay because the others drafted); else
+/// the curve's slope at `n`. Each less its margin ([`POOL_DOUBT`], [`QUEUE_DOUBT`]). A row that
+/// costs nothing is still worth a little (the lane's reply comes sooner), so rows a step gets
+/// for nothing are drafted.
+fn token_ms(batch: &Curve, at: PoolStep) -> Option<f64> {
     const SOONER: f64 = 1e-6;
-    let step = batch.at(n)?;
-    if lanes <= 1 {
+    let step = batch.at(at.n)?;
+    if at.lanes <= 1 {
         return Some(step);
     }
-    let saved = match fewer_steps {
-        true => step / lanes as f64,
-        false => step - batch.at(n - 1).unwrap_or(step),
+    let lanes = at.lanes as f64;
+    let saved = match at.saving {
+        Saving::Lockstep => step / lanes * POOL_DOUBT,
+        Saving::Queue { yield_rows } => {
+            step / (lanes + yield_rows * at.n.saturating_sub(at.lanes) as f64) * QUEUE_DOUBT
+        }
+        Saving::OwnRow => (step - batch.at(at.n - 1).unwrap_or(step)) * POOL_DOUBT,
     };
-    Some((saved * POOL_DOUBT).max(SOONER))
+    Some(saved.max(SOONER))
 }
 
 /// The draft length whose expected accepted tokens, each worth `saved` ms ([`token_ms`]), save

@@ -281,6 +281,9 @@ impl<'a> Speculation<'a> {
         let real = matched.min(self.real);
         self.real -= real;
         self.stats.accepted += real;
+        if real > 0 {
+            self.drafters.costs.iter().for_each(|c| c.accepted(real));
+        }
         self.round_accepted += real;
         // The proposal's unverified tail follows its verified part: the step's tokens past the
         // draft are compared with it, and a step that left the draft ends it.
