@@ -452,7 +452,7 @@ impl Costs {
             Some(ratio) => {
                 let curve = if m.stable.at(others).is_some() { &m.stable } else { &m.batch };
                 let saved = token_ms(curve, step);
-                let at = LaneStep { proposal, k_max, others, own_last };
+                let at = LaneStep { proposal, k_max, others, lanes, own_last };
                 held_rows(&m.stable, curve.at(others).zip(saved), ratio, at, lane)
             }
             None => {
@@ -577,40 +577,72 @@ fn best_len(
 }
 
 /// A lane's step as [`Costs::draft_rows`] sees it.
+#[derive(Clone, Copy)]
 struct LaneStep {
     proposal: usize,
     k_max: usize,
-    /// Tokens of the step without this lane's draft.
+    /// Tokens of the step without this lane's draft, and the requests in it.
     others: usize,
+    lanes: usize,
     own_last: usize,
 }
 
 /// On a device where a changed shape costs `ratio` times a repeated one (`base`: the ms of a
 /// repeated step of the other lanes' rows and what an accepted token saves ([`token_ms`]), None
-/// before any): a lane verifies `k_max` rows or none, its proposal padded with filler, so that
-/// its steps keep one shape. Drafting pays where the lane's expected accepted tokens save more
-/// step time than the rows add to a repeated step (sizes not measured yet: try them) plus, for
-/// a lane that did not hold its rows last step, the two changed steps that starting and
-/// stopping cost, spread over the rounds its holds last ([`LaneRecord::hold_rounds`]). A lane
-/// that held `k_max` rows last step and has nothing to propose sends filler alone while
-/// drafting still pays and the rows cost less than the changed step they spare.
+/// before any): a lane verifies a fixed number of rows or none, its proposal padded with filler,
+/// so that its steps keep one shape. The number is `k_max` in a pool, and for a lone lane the
+/// one of [`hold_len`]. Drafting pays where the lane's expected accepted tokens save more step
+/// time than the rows add to a repeated step (sizes not measured yet: try them) plus, for a lane
+/// that did not hold that many rows last step, the two changed steps that starting and stopping
+/// cost, spread over the rounds its holds last ([`LaneRecord::hold_rounds`]). A lane that held
+/// its rows last step and has nothing to propose sends filler alone while drafting still pays
+/// and the rows cost less than the changed step they spare.
 fn held_rows(stable: &Curve, base: Option<(f64, f64)>, ratio: f64, r: LaneStep, lane: &dyn LaneRecord) -> DraftRows {
-    let verify = r.proposal.min(r.k_max);
     let Some((base, saved)) = base else {
+        let verify = r.proposal.min(r.k_max);
         return if verify > 0 { DraftRows { verify, pad: r.k_max - verify } } else { DraftRows::default() };
     };
-    let extra = stable.at_measured(r.others + r.k_max).map_or(0.0, |ms| (ms - base).max(0.0));
     let change = (ratio - 1.0) * base;
-    let held = r.own_last == r.k_max && r.k_max > 0;
-    let start = if held { 0.0 } else { 2.0 * change / lane.hold_rounds().max(1.0) };
-    let pays = lane.expected(r.k_max) * saved > extra + start;
+    let start = 2.0 * change / lane.hold_rounds().max(1.0);
+    let hold = match r.lanes {
+        1 => hold_len(stable, base, start, r, lane),
+        _ => r.k_max,
+    };
+    let verify = r.proposal.min(hold);
+    let extra = stable.at_measured(r.others + hold).map_or(0.0, |ms| (ms - base).max(0.0));
+    let held = r.own_last == hold && hold > 0;
+    let pays = lane.expected(hold) * saved > extra + if held { 0.0 } else { start };
     if pays && verify > 0 {
-        return DraftRows { verify, pad: r.k_max - verify };
+        return DraftRows { verify, pad: hold - verify };
     }
     if pays && held && extra < change {
-        return DraftRows { verify: 0, pad: r.k_max };
+        return DraftRows { verify: 0, pad: hold };
     }
     DraftRows::default()
+}
+
+/// The rows a lone lane holds: of `k_max` and the shorter holds 3, 7 and 15 (steps of 4, 8
+/// and 16 rows, where a device's kernels change: ggml-cuda's vector kernel for quantized
+/// weights takes up to 8), the one that gives the lane the most tokens per ms, `(1 + E(h)) /
+/// T(B + h)`, `start` added to `T` for a hold other than the one of its last step. A size
+/// whose class the repeated steps have not measured is taken at `base` (try it), so a lane
+/// tries a shorter hold only where it would beat what the longer one measured. Most saved ms
+/// per step, the pool's rule, grows with `h` while it pays: an H200's lone strict call held 16
+/// rows at ~4 ms a step (17 tokens at most) where 8 rows cost about one row's ~1.4 ms.
+fn hold_len(stable: &Curve, base: f64, start: f64, r: LaneStep, lane: &dyn LaneRecord) -> usize {
+    let rate = |h: usize| {
+        let n = r.others + h;
+        let ms = if stable.classes[class(n)].seen > 0 { stable.at(n).unwrap_or(base) } else { base };
+        (1.0 + lane.expected(h)) / (ms + if r.own_last == h { 0.0 } else { start })
+    };
+    let mut best = (r.k_max, rate(r.k_max));
+    for h in [15, 7, 3].into_iter().filter(|&h| h < r.k_max) {
+        let at = rate(h);
+        if at > best.1 {
+            best = (h, at);
+        }
+    }
+    best.0
 }
 
 fn points(curve: &Curve) -> Vec<Value> {
@@ -639,6 +671,8 @@ pub struct Acceptance {
     holds: f64,
     hold_sum: f64,
     holding: usize,
+    /// The rows of the hold going on.
+    hold_rows: usize,
 }
 
 /// How the counts of a lane's holds fade with every hold that ends.
@@ -676,11 +710,14 @@ impl Acceptance {
         (self.accepted + 1.0) / (self.accepted + self.refused + 2.0)
     }
 
-    /// A round sent `rows` rows where holding them means `k_max`: a hold goes on, or ends.
-    pub fn hold(&mut self, rows: usize, k_max: usize) {
-        match rows == k_max && k_max > 0 {
-            true => self.holding += 1,
-            false => self.end_hold(),
+    /// A round sent `rows` rows: a hold (rounds of one number of rows) goes on, or ends, and
+    /// another may start.
+    pub fn hold(&mut self, rows: usize) {
+        if rows == 0 || rows != self.hold_rows {
+            self.end_hold();
+        }
+        if rows > 0 {
+            (self.holding, self.hold_rows) = (self.holding + 1, rows);
         }
     }
 

@@ -440,17 +440,19 @@ fn a_lane_whose_holds_end_at_once_stops_starting_them_where_a_change_costs() {
     for _ in 0..8 {
         story.record(16, 1);
     }
-    // Never held yet: the prior (holds of 8 rounds) says a token a round repays the start.
-    assert_eq!(c.draft_rows(5, 16, 1, 0, &story), DraftRows { verify: 5, pad: 11 });
+    // Never held yet: the prior (holds of 8 rounds) says a token a round repays the start, in
+    // the shortest hold (3 rows): as many tokens a round as 16 rows give it, for fewer rows.
+    assert_eq!(c.draft_rows(5, 16, 1, 0, &story), DraftRows { verify: 3, pad: 0 });
     // Its holds lasted a round each (n-gram matches that broke off at once): a start costs two
     // changed steps for one round of drafts, more than a token a round saves.
     for _ in 0..3 {
-        story.hold(16, 16);
-        story.hold(0, 16);
+        story.hold(16);
+        story.hold(0);
     }
     assert!(story.hold_rounds() < 2.5, "{}", story.hold_rounds());
     assert_eq!(c.draft_rows(5, 16, 1, 0, &story), DraftRows::default());
-    // Holding already, it goes on while its drafts pay: there is no start to repay.
+    // Holding already, it goes on while its drafts pay: there is no start to repay (nor a
+    // change to a shorter hold worth one).
     assert_eq!(c.draft_rows(5, 16, 1, 16, &story), DraftRows { verify: 5, pad: 11 });
     // A lane copying whole drafts starts whatever its holds lasted.
     let mut copy = story.clone();
@@ -461,8 +463,50 @@ fn a_lane_whose_holds_end_at_once_stops_starting_them_where_a_change_costs() {
     // A request that ends while holding counts the hold it had.
     let mut long = Acceptance::default();
     for _ in 0..20 {
-        long.hold(16, 16);
+        long.hold(16);
     }
     long.end_hold();
     assert!(long.hold_rounds() > HOLD_ROUNDS, "{}", long.hold_rounds());
+}
+
+/// A device whose repeated steps cost ~1.4 ms up to 8 rows and ~4 ms past them (an H200's
+/// quantized matrix products leave their vector kernel past 8 rows), a changed shape ~5 ms.
+fn knee(eight: f64) -> Costs {
+    let c = Costs::new(true);
+    for n in [1, 2, 4, 17, 24, 33, 72] {
+        for ms in [5.0, 10.0, 1.4, 1.4, 1.4] {
+            c.record_batch(n, n, 0, if n <= 8 || ms > 2.0 { ms } else { 4.0 });
+        }
+    }
+    if eight > 0.0 {
+        for ms in [5.0, 10.0, eight, eight, eight] {
+            c.record_batch(8, 8, 0, ms);
+        }
+    }
+    c
+}
+
+#[test]
+fn a_lone_lane_holds_the_rows_that_give_it_the_most_tokens_per_ms() {
+    // A copy accepted ~8 tokens a round (the H200's strict call: ~8 tokens a step of 16 rows).
+    let copy = |k: usize| k.min(8) as f64;
+    // 16 rows measured at ~4 ms a step, 8 not measured: the lane tries a hold of 7 (at what a
+    // step of 1 costs until measured).
+    assert_eq!(knee(0.0).draft_rows(16, 16, 1, 0, &copy), DraftRows { verify: 7, pad: 0 });
+    // Measured at 1.4 ms: 8 tokens in 1.4 ms beat 9 in 4; a lane holding 16 changes to it.
+    let c = knee(1.4);
+    assert_eq!(c.draft_rows(16, 16, 1, 0, &copy), DraftRows { verify: 7, pad: 0 });
+    assert_eq!(c.draft_rows(16, 16, 1, 16, &copy), DraftRows { verify: 7, pad: 0 });
+    // A proposal of 5 is padded to the hold's 7 rows; held, it stays.
+    assert_eq!(c.draft_rows(5, 16, 1, 7, &copy), DraftRows { verify: 5, pad: 2 });
+    // Where 8 rows cost what 17 do, a copy accepted whole gets more tokens per ms from 16
+    // (17 in 4 ms) than from 7 (8) or 3 (4 in 1.4 ms); one accepted ~8 a round, from 3.
+    let c = knee(4.0);
+    assert_eq!(c.draft_rows(16, 16, 1, 16, &|k: usize| k as f64), DraftRows { verify: 16, pad: 0 });
+    assert_eq!(c.draft_rows(16, 16, 1, 16, &copy), DraftRows { verify: 3, pad: 0 });
+    // In a pool (requests waiting) a lane holds `k_max` or nothing (the pool's rule: saved ms
+    // per step).
+    let c = knee(1.4);
+    c.record_step(2, 2);
+    assert_eq!(c.draft_rows(5, 16, 2, 0, &|k: usize| k as f64), DraftRows { verify: 5, pad: 11 });
 }

@@ -355,7 +355,7 @@ impl<'a> Speculation<'a> {
         self.stats.drafted += rows.verify;
         self.real = rows.verify;
         self.last_rows = draft.len();
-        self.acceptance.hold(draft.len(), n_max);
+        self.acceptance.hold(draft.len());
         self.pending.extend(&draft);
         Ok(draft)
     }
