@@ -19,8 +19,9 @@
 //!   the pool saves by it: a whole step for a lone request; in a pool, the step's cost per
 //!   request where every lane has something to copy (the pool ends when they do), what the step
 //!   costs per token it yields where a request waits for a lane (the lane that finishes sooner
-//!   lets it in), else only the lane's own row in the steps the other lanes run anyway; in a pool, by a margin over the curve's noise ([`POOL_DOUBT`]), a wider
-//!   one where the saving rests on a queue outlasting the lanes' work ([`QUEUE_DOUBT`]);
+//!   lets it in), else only the lane's own row in the steps the other lanes run anyway; in a
+//!   pool, by a margin over the curve's noise ([`POOL_DOUBT`]), a wider one where the saving
+//!   rests on a queue outlasting the lanes' work ([`QUEUE_DOUBT`]);
 //! - on a device that runs a step whose shape repeats much faster than one whose shape changed
 //!   (CUDA replays a captured graph; a CPU does not care), a lane verifies a fixed number of
 //!   rows or none, its proposal padded with filler, so that its steps keep one shape.
@@ -208,6 +209,11 @@ struct Model {
 }
 
 impl Model {
+    /// The share of the lanes' verified drafted rows that were accepted, with Laplace's prior.
+    fn drafted_rows_accepted(&self) -> f64 {
+        (self.accepted + 1.0) / (self.verified + 2.0)
+    }
+
     fn keep(&mut self) {
         self.kept = self.kept * KEPT_FADE + 1.0;
         self.came_back *= KEPT_FADE;
@@ -444,7 +450,7 @@ impl Costs {
         // to copy, or (less surely) where a request waits for a lane.
         let saving = match (m.running > 0 && m.copying >= m.running, m.waiting > 0) {
             (true, _) => Saving::Lockstep,
-            (false, true) => Saving::Queue { yield_rows: (m.accepted + 1.0) / (m.verified + 2.0) },
+            (false, true) => Saving::Queue { yield_rows: m.drafted_rows_accepted() },
             (false, false) => Saving::OwnRow,
         };
         let step = PoolStep { n: others, lanes, saving };
@@ -490,7 +496,7 @@ impl Costs {
             "draft_tokens_cut": m.draft_tokens_cut,
             "rows_padded": m.rows_padded,
             "lanes_copying": m.copying,
-            "drafted_rows_accepted": ((m.accepted + 1.0) / (m.verified + 2.0) * 100.0).round() / 100.0,
+            "drafted_rows_accepted": (m.drafted_rows_accepted() * 100.0).round() / 100.0,
             "shape_first_over_third": (m.shapes.runs > 0).then(|| (m.shapes.ratio * 100.0).round() / 100.0),
             "shape_runs": m.shapes.runs,
             "batch_ms_shape_repeated": points(&m.stable),

@@ -195,7 +195,7 @@ fn in_a_pool_nobody_waits_for_a_lane_drafts_only_where_its_rows_cost_less_than_t
     c.record_step(0, 0);
     assert_eq!(c.draft_rows(16, 16, 1, 0, &copier).verify, 16);
     // Where every request running has something to copy (the copiers outlived the stories),
-    // the pool's steps get fewer as all of theirs do: drafts pay as with a queue.
+    // the pool's steps get fewer as all of theirs do: a whole copy's drafts pay.
     c.record_step(8, 0);
     (0..8).for_each(|_| c.copying(true));
     assert!(c.draft_rows(16, 16, 8, 0, &whole).verify >= 8);
@@ -336,8 +336,13 @@ fn a_lane_that_copies_expects_whole_drafts_and_one_that_does_not_expects_little(
 /// shape at `changed(n)` ms, the next (the graph's capture) at twice that, then three replays at
 /// `repeated(n)`; twice over.
 fn feed_shapes(costs: &Costs, repeated: impl Fn(usize) -> f64, changed: impl Fn(usize) -> f64) {
+    feed_runs(costs, &[1, 2, 4, 8, 17, 24, 33, 40, 72], repeated, changed);
+}
+
+/// [`feed_shapes`] for the step sizes `sizes` only.
+fn feed_runs(costs: &Costs, sizes: &[usize], repeated: impl Fn(usize) -> f64, changed: impl Fn(usize) -> f64) {
     for _ in 0..2 {
-        for n in [1, 2, 4, 8, 17, 24, 33, 40, 72] {
+        for &n in sizes {
             costs.record_batch(n, n, 0, changed(n));
             costs.record_batch(n, n, 0, 2.0 * changed(n));
             for _ in 0..3 {
@@ -469,20 +474,18 @@ fn a_lane_whose_holds_end_at_once_stops_starting_them_where_a_change_costs() {
     assert!(long.hold_rounds() > HOLD_ROUNDS, "{}", long.hold_rounds());
 }
 
-/// A device whose repeated steps cost ~1.4 ms up to 8 rows and ~4 ms past them (an H200's
-/// quantized matrix products leave their vector kernel past 8 rows), a changed shape ~5 ms.
-fn knee(eight: f64) -> Costs {
+/// A device whose repeated steps cost ~1.4 ms under 8 rows and ~4 ms past them (an H200's
+/// quantized matrix products leave their vector kernel past 8 rows), a changed shape ~5 ms;
+/// steps of 8 rows at `eight` ms (None: never run).
+fn knee(eight: Option<f64>) -> Costs {
     let c = Costs::new(true);
-    for n in [1, 2, 4, 17, 24, 33, 72] {
-        for ms in [5.0, 10.0, 1.4, 1.4, 1.4] {
-            c.record_batch(n, n, 0, if n <= 8 || ms > 2.0 { ms } else { 4.0 });
-        }
-    }
-    if eight > 0.0 {
-        for ms in [5.0, 10.0, eight, eight, eight] {
-            c.record_batch(8, 8, 0, ms);
-        }
-    }
+    let sizes: Vec<usize> = [1, 2, 4, 8, 17, 24, 33, 72].into_iter().filter(|&n| n != 8 || eight.is_some()).collect();
+    let repeated = |n: usize| match n {
+        8 => eight.unwrap_or(1.4),
+        n if n < 8 => 1.4,
+        _ => 4.0,
+    };
+    feed_runs(&c, &sizes, repeated, |_| 5.0);
     c
 }
 
@@ -492,21 +495,21 @@ fn a_lone_lane_holds_the_rows_that_give_it_the_most_tokens_per_ms() {
     let copy = |k: usize| k.min(8) as f64;
     // 16 rows measured at ~4 ms a step, 8 not measured: the lane tries a hold of 7 (at what a
     // step of 1 costs until measured).
-    assert_eq!(knee(0.0).draft_rows(16, 16, 1, 0, &copy), DraftRows { verify: 7, pad: 0 });
+    assert_eq!(knee(None).draft_rows(16, 16, 1, 0, &copy), DraftRows { verify: 7, pad: 0 });
     // Measured at 1.4 ms: 8 tokens in 1.4 ms beat 9 in 4; a lane holding 16 changes to it.
-    let c = knee(1.4);
+    let c = knee(Some(1.4));
     assert_eq!(c.draft_rows(16, 16, 1, 0, &copy), DraftRows { verify: 7, pad: 0 });
     assert_eq!(c.draft_rows(16, 16, 1, 16, &copy), DraftRows { verify: 7, pad: 0 });
     // A proposal of 5 is padded to the hold's 7 rows; held, it stays.
     assert_eq!(c.draft_rows(5, 16, 1, 7, &copy), DraftRows { verify: 5, pad: 2 });
     // Where 8 rows cost what 17 do, a copy accepted whole gets more tokens per ms from 16
     // (17 in 4 ms) than from 7 (8) or 3 (4 in 1.4 ms); one accepted ~8 a round, from 3.
-    let c = knee(4.0);
+    let c = knee(Some(4.0));
     assert_eq!(c.draft_rows(16, 16, 1, 16, &|k: usize| k as f64), DraftRows { verify: 16, pad: 0 });
     assert_eq!(c.draft_rows(16, 16, 1, 16, &copy), DraftRows { verify: 3, pad: 0 });
     // In a pool (requests waiting) a lane holds `k_max` or nothing (the pool's rule: saved ms
     // per step).
-    let c = knee(1.4);
+    let c = knee(Some(1.4));
     c.record_step(2, 2);
     assert_eq!(c.draft_rows(5, 16, 2, 0, &|k: usize| k as f64), DraftRows { verify: 5, pad: 11 });
 }
