@@ -7,6 +7,7 @@
 //!      `ram_bytes: 0` pool first;
 //!  (2) speculation by default / `"speculative": false` on a random-weight small model's text
 //!      (goal ≥ 0.97×).
+//! `LLB_BENCH_EMULATE=h200`: (2) at run C's H200 step costs (src/emulate.rs; docs/gpu.md).
 //! Real SmolLM2 for (1) (`LLB_BENCH_MODEL`), a qwen2-vocabulary random-weight fixture for (2)
 //! (written to `LLB_BENCH_FIXTURE` if missing). scripts/bench-costs.sh runs this, then
 //! bench_prompt_cache (the alternation) and bench_speculative (story, pool half copying, repeat).
@@ -124,11 +125,20 @@ fn random_text() {
         json!({"messages": [{"role": "user", "content": "Tell me about the sea."}], "temperature": 0, "max_tokens": 256,
             "speculative": on}).to_string()
     };
+    // Decode tokens/s, or under an emulated GPU's costs, tokens over the reply's emulated time.
+    let tps = |on: bool| {
+        let (r, secs) = llb::emulate::clocked(|| e.infer(&req(on)).unwrap());
+        let rate = match emulated() {
+            true => r["usage"]["completion_tokens"].as_f64().unwrap() / secs,
+            false => r["timings"]["predicted_per_second"].as_f64().unwrap(),
+        };
+        (r, rate)
+    };
     let (mut on, mut off, mut last) = (Vec::new(), Vec::new(), Value::Null);
     for _ in 0..env_num("LLB_BENCH_REPS", 3) {
-        let a = e.infer(&req(true)).unwrap();
-        off.push(e.infer(&req(false)).unwrap()["timings"]["predicted_per_second"].as_f64().unwrap());
-        on.push(a["timings"]["predicted_per_second"].as_f64().unwrap());
+        let (a, a_tps) = tps(true);
+        off.push(tps(false).1);
+        on.push(a_tps);
         last = a;
     }
     on.sort_by(f64::total_cmp);
@@ -143,10 +153,20 @@ fn random_text() {
     );
 }
 
+/// Whether `LLB_BENCH_EMULATE` names an emulated GPU's profile (src/emulate.rs): set for the
+/// engines and pools opened from then on.
+fn emulated() -> bool {
+    llb::emulate::Profile::named(&std::env::var("LLB_BENCH_EMULATE").unwrap_or_default()).is_some()
+}
+
 fn main() {
     let model = PathBuf::from(std::env::var("LLB_BENCH_MODEL").expect("LLB_BENCH_MODEL: SmolLM2 with a tool template"));
     let only = std::env::var("LLB_BENCH_ONLY").unwrap_or_default();
     println!("cost model, {} threads, {}", env_num("LLB_BENCH_THREADS", 2), model.display());
+    if emulated() {
+        llb::emulate::emulate(llb::emulate::Profile::named(&std::env::var("LLB_BENCH_EMULATE").unwrap()));
+        println!("steps charged at run C's H200 costs (LLB_BENCH_EMULATE=h200): emulated time, not this machine's");
+    }
     if only.is_empty() || only.contains('1') {
         pools(&model);
     }

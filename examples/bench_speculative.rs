@@ -18,6 +18,10 @@
 //!
 //!   scripts/bench-speculative.sh      LLB_BENCH_THREADS=N (default 2), LLB_BENCH_REPS=N (3),
 //!                                     LLB_BENCH_SPECULATIVE='{"type":..}' (default: llb's)
+//!
+//! `LLB_BENCH_EMULATE=h200`: every step is charged what run C's H200 measured for SmolLM2
+//! (src/emulate.rs; docs/gpu.md, "Emulated"): the cost model decides at a GPU's prices, and every
+//! ratio is of the emulated time (wall time with each step's CPU time replaced by the profile's).
 
 #[path = "peer/llama_server.rs"]
 mod llama_server;
@@ -27,7 +31,6 @@ use llb::engine::{Engine, Pool};
 use llb::request::EngineConfig;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::time::Instant;
 
 const PASSAGE: &str = "The old lighthouse stood on the northern cliff for more than two hundred years. \
 Every evening the keeper climbed the narrow stairs, trimmed the wick and polished the great lens until it shone. \
@@ -102,6 +105,24 @@ fn tps(r: &Value) -> f64 {
     r["timings"]["predicted_per_second"].as_f64().unwrap_or_else(|| panic!("no timings: {r}"))
 }
 
+/// The emulated GPU's profile named by `LLB_BENCH_EMULATE` (None: this machine's own costs).
+fn emulated_profile() -> Option<llb::emulate::Profile> {
+    let v = std::env::var("LLB_BENCH_EMULATE").ok().filter(|v| !v.is_empty())?;
+    Some(llb::emulate::Profile::named(&v).unwrap_or_else(|| panic!("LLB_BENCH_EMULATE: h200 or nothing, not {v}")))
+}
+
+fn emulated() -> bool {
+    emulated_profile().is_some()
+}
+
+/// One reply's tokens/s: its decode's (`tps`), or under emulation its tokens over its emulated
+/// time (the prompt's included, the same with speculation and without).
+fn reply_tps(e: &Engine, req: &str) -> (Value, f64) {
+    let (r, secs) = llb::emulate::clocked(|| e.infer(req).unwrap());
+    let rate = if emulated() { r["usage"]["completion_tokens"].as_f64().unwrap_or(0.0) / secs } else { tps(&r) };
+    (r, rate)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -112,11 +133,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn on_off(e: &Engine, req: &Value) -> (f64, f64, bool, Value) {
     let (mut on, mut off, mut same, mut last) = (Vec::new(), Vec::new(), true, Value::Null);
     for _ in 0..reps() {
-        let a = e.infer(&with_spec(req, true)).unwrap();
-        let b = e.infer(&with_spec(req, false)).unwrap();
+        let (a, a_tps) = reply_tps(e, &with_spec(req, true));
+        let (b, b_tps) = reply_tps(e, &with_spec(req, false));
         same &= message(&a) == message(&b);
-        on.push(tps(&a));
-        off.push(tps(&b));
+        on.push(a_tps);
+        off.push(b_tps);
         last = a;
     }
     (median(on), median(off), same, last)
@@ -145,6 +166,13 @@ fn single(e: &Engine) {
     println!("(a) strict copy-heavy call: {on:.1} / {off:.1} tokens/s = {:.2}x (goal >= 2.0), identical calls: {same}; {}", on / off, drafts(&last));
     let (on, off, same, last) = on_off(e, &story_request(7));
     println!("(b) free text T=0.8: {on:.1} / {off:.1} tokens/s = {:.3}x (goal >= 0.97), identical: {same}; {}", on / off, drafts(&last));
+    if emulated() {
+        let m = &e.stats()["cost_model"];
+        println!(
+            "    the engine's cost model: first step of a shape over its third {}, {} rows padded; repeated steps' ms by tokens {}",
+            m["shape_first_over_third"], m["rows_padded"], m["batch_ms_shape_repeated"]
+        );
+    }
 }
 
 /// (c) "repeat this passage": llb against llama-server's n-gram types.
@@ -184,12 +212,12 @@ fn pool(n: u64) {
         let reqs: Vec<String> = (0..n)
             .map(|i| if i % 2 == 0 { with_spec(&repeat_request(), on) } else { with_spec(&pool_story(i), on) })
             .collect();
-        let t = Instant::now();
-        let replies: Vec<Value> = std::thread::scope(|s| {
-            let handles: Vec<_> = reqs.iter().map(|r| s.spawn(|| p.infer(r, &|_| true).unwrap())).collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        let (replies, secs) = llb::emulate::clocked(|| -> Vec<Value> {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = reqs.iter().map(|r| s.spawn(|| p.infer(r, &|_| true).unwrap())).collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            })
         });
-        let secs = t.elapsed().as_secs_f64();
         let sum = |at: &str| replies.iter().filter_map(|r| r.pointer(at)?.as_u64()).sum::<u64>();
         let tokens = sum("/usage/completion_tokens");
         let drafts = (sum("/timings/draft_n"), sum("/timings/draft_accepted_n"));
@@ -230,11 +258,18 @@ fn pool(n: u64) {
             "    last run with speculation: {drafted} drafted, {accepted} accepted, {} cut by the cost model, {} decodes (without: {}); batch ms by rows {}",
             m["draft_tokens_cut"], m["decodes"], off_model["decodes"], m["batch_ms"]
         );
+        if emulated() {
+            println!("    steps of a repeated shape, ms by rows {}", m["batch_ms_shape_repeated"]);
+        }
     }
 }
 
 fn main() {
     println!("speculative decoding, {} threads, {} reps (medians), {}", threads(), reps(), model().display());
+    if emulated() {
+        llb::emulate::emulate(emulated_profile());
+        println!("steps charged at run C's H200 costs (LLB_BENCH_EMULATE=h200): emulated time, not this machine's");
+    }
     let e = Engine::create(config(json!({})), None).unwrap();
     let server = std::env::var("LLB_LLAMA_SERVER").ok();
     let only = std::env::var("LLB_BENCH_ONLY").unwrap_or_default();

@@ -117,7 +117,9 @@ impl Chat {
         crate::fault::site("create");
         let s = &settings;
         let exact_reuse = !model.uses_rpc && crate::backend::devices().iter().all(|d| d.kind == "cpu");
-        let on_device = crate::backend::device_does_the_work(&load, &ctx_params, model.n_layer());
+        // An emulated GPU's profile (benchmarks only) makes the CPU's steps count as a device's.
+        let on_device = crate::backend::device_does_the_work(&load, &ctx_params, model.n_layer())
+            || crate::emulate::profile().is_some();
         let mut sched = Scheduler::start(
             &model,
             SchedConfig {
@@ -261,6 +263,12 @@ impl Engine {
     #[doc(hidden)]
     pub fn resolve(&self, request_json: &str) -> Result<ResolvedRequest> {
         self.chat.resolve(request_json)
+    }
+
+    /// The scheduler's state, as a pool's (`cost_model` included): for benchmarks.
+    #[doc(hidden)]
+    pub fn stats(&self) -> Value {
+        self.chat.sched.stats()
     }
 
     /// Runs one chat completion. Returns `busy` at once if another thread is inside.

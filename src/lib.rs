@@ -18,6 +18,8 @@ mod cost;
 mod cpu_variant;
 mod debug;
 #[doc(hidden)]
+pub mod emulate;
+#[doc(hidden)]
 pub mod engine;
 #[doc(hidden)]
 pub mod error;

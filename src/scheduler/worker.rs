@@ -57,6 +57,8 @@ pub(super) struct Worker {
     pub(super) plain_kv: bool,
     /// Whether the context's CPU backend computes with reference kernels now (None: not set yet).
     pub(super) reference: Option<bool>,
+    /// An emulated GPU's clock (benchmarks only: src/emulate.rs).
+    pub(super) emulated: Option<crate::emulate::Clock>,
 }
 
 impl Drop for Worker {
@@ -98,6 +100,7 @@ impl Worker {
             plain_kv: model.can_cut(),
             lost: None,
             reference: None,
+            emulated: crate::emulate::Clock::new(),
         }
     }
 
@@ -410,7 +413,12 @@ impl Worker {
         // batch's rows are host work a GPU's decode time does not show).
         let outputs = entries.iter().map(|e| e.rows).sum();
         let drafted = entries.iter().map(|e| e.rows.saturating_sub(1)).sum();
-        self.shared.costs.record_batch(n_tokens, outputs, drafted, start.elapsed().as_secs_f64() * 1e3);
+        let mut ms = start.elapsed().as_secs_f64() * 1e3;
+        if let Some(c) = &mut self.emulated {
+            let real = took.as_secs_f64() * 1e3;
+            ms += c.charge(n_tokens, outputs, entries.len(), real) - real;
+        }
+        self.shared.costs.record_batch(n_tokens, outputs, drafted, ms);
     }
 
     /// Reference kernels for this step (docs/design.md, "Determinism") where a batch of fewer
