@@ -69,6 +69,12 @@ const QUEUE_DOUBT: f64 = 0.5;
 /// Rounds a lane that starts holding its rows is expected to hold them before its own holds
 /// were measured (what starting costs is spread over them): the prior of [`Acceptance::hold_rounds`].
 const HOLD_ROUNDS: f64 = 8.0;
+/// What a round of filler alone is charged at least, of a changed step: a lane holds filler
+/// while its rounds' rows cost less in all than the two changes (stop, start again) the hold
+/// spares if a proposal comes back, rent before buying; rows the curve shows as free (a GPU
+/// under its knee, where its noise hides a few rows' cost) are charged this much, so such a
+/// hold ends after 7 rounds.
+const FILLER_FLOOR: f64 = 0.25;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Point {
@@ -269,6 +275,10 @@ pub trait LaneRecord {
     fn hold_rounds(&self) -> f64 {
         HOLD_ROUNDS
     }
+    /// Rounds of filler alone the lane sent since it last verified a drafted token.
+    fn filler_rounds(&self) -> usize {
+        0
+    }
 }
 
 impl<F: Fn(usize) -> f64> LaneRecord for F {
@@ -459,7 +469,7 @@ impl Costs {
                 let curve = if m.stable.at(others).is_some() { &m.stable } else { &m.batch };
                 let saved = token_ms(curve, step);
                 let at = LaneStep { proposal, k_max, others, lanes, own_last };
-                held_rows(&m.stable, curve.at(others).zip(saved), ratio, at, lane)
+                held_rows([&m.stable, &m.batch], curve.at(others).zip(saved), ratio, at, lane)
             }
             None => {
                 // Sizes measured once are tried again before they are believed.
@@ -598,12 +608,16 @@ struct LaneStep {
 /// before any): a lane verifies a fixed number of rows or none, its proposal padded with filler,
 /// so that its steps keep one shape. The number is `k_max` in a pool, and for a lone lane the
 /// one of [`hold_len`]. Drafting pays where the lane's expected accepted tokens save more step
-/// time than the rows add to a repeated step (sizes not measured yet: try them) plus, for a lane
+/// time than the rows add to a repeated step (`curves`: of repeated steps, of all steps; sizes
+/// not measured yet: try them; in a pool, a size no repeated step measured costs what its steps
+/// did, for the other lanes' drafts change a pool's shape and a tried size may never repeat) plus, for a lane
 /// that did not hold that many rows last step, the two changed steps that starting and stopping
 /// cost, spread over the rounds its holds last ([`LaneRecord::hold_rounds`]). A lane that held
 /// its rows last step and has nothing to propose sends filler alone while drafting still pays
-/// and the rows cost less than the changed step they spare.
-fn held_rows(stable: &Curve, base: Option<(f64, f64)>, ratio: f64, r: LaneStep, lane: &dyn LaneRecord) -> DraftRows {
+/// and its rounds of filler cost less in all than the two changed steps they spare
+/// ([`FILLER_FLOOR`]).
+fn held_rows(curves: [&Curve; 2], base: Option<(f64, f64)>, ratio: f64, r: LaneStep, lane: &dyn LaneRecord) -> DraftRows {
+    let [stable, all] = curves;
     let Some((base, saved)) = base else {
         let verify = r.proposal.min(r.k_max);
         return if verify > 0 { DraftRows { verify, pad: r.k_max - verify } } else { DraftRows::default() };
@@ -615,13 +629,16 @@ fn held_rows(stable: &Curve, base: Option<(f64, f64)>, ratio: f64, r: LaneStep, 
         _ => r.k_max,
     };
     let verify = r.proposal.min(hold);
-    let extra = stable.at_measured(r.others + hold).map_or(0.0, |ms| (ms - base).max(0.0));
+    let n = r.others + hold;
+    let measured = stable.at_measured(n).or_else(|| all.at_measured(n).filter(|_| r.lanes > 1));
+    let extra = measured.map_or(0.0, |ms| (ms - base).max(0.0));
     let held = r.own_last == hold && hold > 0;
     let pays = lane.expected(hold) * saved > extra + if held { 0.0 } else { start };
     if pays && verify > 0 {
         return DraftRows { verify, pad: hold - verify };
     }
-    if pays && held && extra < change {
+    let filler = (lane.filler_rounds() + 1) as f64 * extra.max(FILLER_FLOOR * change);
+    if pays && held && extra < change && filler < 2.0 * change {
         return DraftRows { verify: 0, pad: hold };
     }
     DraftRows::default()
@@ -679,6 +696,8 @@ pub struct Acceptance {
     holding: usize,
     /// The rows of the hold going on.
     hold_rows: usize,
+    /// Rounds of filler alone since the lane last verified a drafted token.
+    filler: usize,
 }
 
 /// How the counts of a lane's holds fade with every hold that ends.
@@ -727,8 +746,14 @@ impl Acceptance {
         }
     }
 
+    /// A round sent filler alone (`alone`), or drafted tokens or nothing.
+    pub fn filler(&mut self, alone: bool) {
+        self.filler = if alone { self.filler + 1 } else { 0 };
+    }
+
     /// The lane's request ended: a hold going on ends with it.
     pub fn end_hold(&mut self) {
+        self.filler = 0;
         if self.holding > 0 {
             self.holds = self.holds * HOLD_FADE + 1.0;
             self.hold_sum = self.hold_sum * HOLD_FADE + self.holding as f64;
@@ -747,6 +772,10 @@ impl LaneRecord for Acceptance {
     /// rows a round or two, one copying a passage for many.
     fn hold_rounds(&self) -> f64 {
         (self.hold_sum + HOLD_ROUNDS / 2.0) / (self.holds + 0.5)
+    }
+
+    fn filler_rounds(&self) -> usize {
+        self.filler
     }
 }
 

@@ -381,6 +381,57 @@ fn where_a_changed_shape_costs_a_lane_verifies_whole_rows_or_none() {
     assert_eq!(s["batch_ms_shape_changed"].as_array().unwrap().len(), 7, "{s}");
 }
 
+/// A lane that expects whole copies and has sent `filler` rounds of filler alone.
+struct Filling {
+    filler: usize,
+}
+
+impl LaneRecord for Filling {
+    fn expected(&self, k: usize) -> f64 {
+        k as f64
+    }
+
+    fn filler_rounds(&self) -> usize {
+        self.filler
+    }
+}
+
+#[test]
+fn a_lane_holds_filler_while_its_rounds_cost_less_than_the_two_changes_they_spare() {
+    // Rows the curve shows as free are charged a quarter of a change a round: 7 rounds.
+    let c = graphs();
+    let held: Vec<bool> = (0..10).map(|filler| c.draft_rows(0, 16, 1, 16, &Filling { filler }).pad > 0).collect();
+    assert_eq!(held, [true, true, true, true, true, true, true, false, false, false]);
+    // Rows that cost over a quarter of a change end it sooner: 16 rows here add 1 ms to a step
+    // of 1.3.
+    let dear = Costs::new(true);
+    feed_shapes(&dear, |n| if n > 8 { 2.3 } else { 1.3 }, |n| 5.0 + n as f64 / 100.0);
+    let rounds = (0..10).take_while(|&filler| dear.draft_rows(0, 16, 1, 16, &Filling { filler }).pad > 0).count();
+    assert!((1..7).contains(&rounds), "{rounds} {}", dear.stats());
+    // A lane with a proposal is not held back by the filler it sent before.
+    assert_eq!(c.draft_rows(16, 16, 1, 16, &Filling { filler: 9 }), DraftRows { verify: 16, pad: 0 });
+}
+
+#[test]
+fn in_a_pool_a_size_no_repeated_step_measured_costs_what_its_steps_did() {
+    // A pool of 8 on a device where shapes cost (run C's H200: a repeated step of 8 rows 2.5 ms,
+    // a changed one 5): the lanes' drafts made steps of 24 rows now and then, never twice in a
+    // row, at ~10 ms; no repeated step measured 24 rows.
+    let c = Costs::new(true);
+    feed_runs(&c, &[1, 2, 4, 8], |n| 1.3 + 0.15 * n as f64, |_| 5.0);
+    for _ in 0..4 {
+        c.record_batch(24, 24, 16, 10.0);
+        c.record_batch(8, 8, 0, 2.5);
+    }
+    c.record_step(8, 8);
+    // A lane on the queue does not take 24 rows for the repeated curve's "not measured: try it":
+    // its tries would never repeat the size. Its accepted tokens' share of a step of 8 rows
+    // (~0.16 ms believed each) does not pay the ~7.5 ms those steps cost.
+    assert_eq!(c.draft_rows(16, 16, 8, 0, &|k: usize| k as f64), DraftRows::default());
+    // A lone lane tries a size its own held steps will repeat and measure.
+    assert_eq!(c.draft_rows(16, 16, 1, 0, &|k: usize| k as f64).verify, 16);
+}
+
 #[test]
 fn where_shapes_cost_nothing_a_draft_is_cut_to_what_pays_and_never_padded() {
     // A CPU: a step costs its rows, repeated or not.

@@ -311,53 +311,69 @@ impl<'a> Speculation<'a> {
         let n_max = d.draft_max.min(room);
         let own_last = std::mem::take(&mut self.last_rows);
         let last = self.fresh.last().copied();
-        if !self.shadow.is_empty() {
-            // Following a proposal it did not verify: it has something to copy, nothing to draft.
-            self.copies(true);
-            return Ok(Vec::new());
-        }
-        if self.failed || n_max == 0 || n_max < d.draft_min {
-            self.copies(false);
-            return Ok(Vec::new());
-        }
-        let mut draft = match self.propose(n_max) {
-            Ok(draft) => draft,
-            Err(e) => {
-                self.give_up(&e);
-                return Ok(Vec::new());
-            }
-        };
+        let Some((mut draft, continued)) = self.proposal(n_max) else { return Ok(Vec::new()) };
         draft.truncate(valid(&draft)?);
         if draft.len() < d.draft_min.max(1) {
+            if continued {
+                // Too short to verify: followed in the shadow to its end, as before.
+                self.shadow.extend(draft);
+                return Ok(Vec::new());
+            }
             draft.clear();
         }
         self.copies(!draft.is_empty());
-        self.round = draft.len();
+        if !continued {
+            self.round = draft.len();
+        }
         let mut rows = match &d.costs {
-            Some(costs) => costs.draft_rows(draft.len(), n_max, d.busy_lanes(), own_last, &self.acceptance),
-            None => DraftRows { verify: draft.len(), pad: 0 },
+            Some(costs) => costs.draft_rows(draft.len().min(n_max), n_max, d.busy_lanes(), own_last, &self.acceptance),
+            None => DraftRows { verify: draft.len().min(n_max), pad: 0 },
         };
         if rows.pad == 0 && rows.verify < d.draft_min.max(1) {
             rows.verify = 0;
         }
         // The drafter, and the lane's acceptance, hear how much of the whole proposal was (or
         // would have been) accepted; only `verify` of it is verified, the rest followed in the
-        // shadow.
+        // shadow (and offered again at the next step, while the reply follows it).
         self.shadow.extend(draft.drain(rows.verify..));
         if let Some(filler) = draft.last().copied().or(last) {
             draft.extend(std::iter::repeat_n(filler, rows.pad));
         }
-        if rows.verify == 0 && rows.pad > 0 {
-            // Filler alone: a round with nothing to accept, so a lane whose proposals dried up
-            // stops holding rows once its recent rounds no longer pay for them.
-            self.acceptance.record(rows.pad, 0);
-        }
+        // Filler alone is not a round of the lane's drafts (its acceptance says what its
+        // proposals are worth); the rounds of it are counted, and end where they cost more than
+        // the changed steps they spare (src/cost.rs, `held_rows`).
+        self.acceptance.filler(rows.verify == 0 && rows.pad > 0);
         self.stats.drafted += rows.verify;
         self.real = rows.verify;
         self.last_rows = draft.len();
         self.acceptance.hold(draft.len());
         self.pending.extend(&draft);
         Ok(draft)
+    }
+
+    /// What the next draft is made of, and whether it continues the last proposal (None: no
+    /// draft this step). A proposal's part that was not verified, and that the reply has followed
+    /// so far, is the next draft: the round goes on. A lane that verified 7 tokens of a copy of
+    /// 16 verifies the other 9 where they pay, not one step per token while it follows them.
+    fn proposal(&mut self, n_max: usize) -> Option<(Vec<Token>, bool)> {
+        let d = self.drafters;
+        let can = !self.failed && n_max > 0 && n_max >= d.draft_min;
+        if !self.shadow.is_empty() {
+            // Following a proposal: it has something to copy.
+            self.copies(true);
+            return can.then(|| (self.shadow.drain(..).collect(), true));
+        }
+        if !can {
+            self.copies(false);
+            return None;
+        }
+        match self.propose(n_max) {
+            Ok(draft) => Some((draft, false)),
+            Err(e) => {
+                self.give_up(&e);
+                None
+            }
+        }
     }
 
     /// The reply's `step` against a proposal that was not verified: how much of it would have

@@ -254,8 +254,10 @@ fn where_shapes_cost_a_short_draft_is_padded_with_filler_that_only_the_model_can
     assert_eq!(s2.follow(&[8]), Followed::Diverged { matched: 0, retract: 16 });
     s2.last_rows = 0;
     assert!(s2.draft(64, |t| Ok(t.len())).unwrap().is_empty(), "after a step without rows, none");
-    // Filler alone counts as rounds with nothing accepted: a lane that holds rows with nothing to
-    // propose stops within a few steps.
+    // A lane that holds rows with nothing to propose stops within a few steps (rows that cost
+    // nothing are charged a quarter of a change a round), and its filler rounds are not rounds
+    // of its drafts: what it expects of its next proposal stays what its proposals did.
+    let expected = s2.acceptance.expected(16);
     let held = (0..8)
         .take_while(|_| {
             s2.follow(&[9]);
@@ -264,4 +266,53 @@ fn where_shapes_cost_a_short_draft_is_padded_with_filler_that_only_the_model_can
         })
         .count();
     assert!(held < 8, "held filler for {held} steps");
+    assert_eq!(s2.acceptance.expected(16), expected);
+}
+
+/// Costs of a device whose steps cost 3 ms up to a few tokens and 10 ms more for each token
+/// past 7: a lone lane verifies a few drafted tokens of any proposal, not 16.
+fn knee_costs() -> Arc<Costs> {
+    let c = Costs::default();
+    for _ in 0..2 {
+        for n in 1..=64 {
+            c.record_batch(n, 1, 0, 3.0 + 10.0 * n.saturating_sub(7) as f64);
+        }
+    }
+    Arc::new(c)
+}
+
+#[test]
+fn a_proposal_cut_short_is_verified_on_while_the_reply_follows_it() {
+    let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(knee_costs());
+    let h = repeating();
+    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
+    s.follow(&h[h.len() - 1..]);
+    let mut drafts = vec![s.draft(64, |t| Ok(t.len())).unwrap()];
+    let cut = drafts[0].len();
+    assert!(cut > 0 && cut < 16, "the proposal (114..130) is cut to what pays: {cut}");
+    // The reply copies the proposal to its end: each draft is followed whole, the row after it
+    // gives the proposal's next token, and the rest of the proposal is the next draft, not one
+    // step a token in the shadow.
+    let mut t = 114;
+    while t < 130 {
+        for _ in 0..drafts.last().unwrap().len() {
+            assert_eq!(s.follow(&[t]), Followed::Whole(1));
+            t += 1;
+        }
+        s.follow(&[t]);
+        t += 1;
+        drafts.push(s.draft(64, |t| Ok(t.len())).unwrap());
+    }
+    let mut want: Vec<Vec<Token>> = Vec::new();
+    let mut at = 114;
+    while at < 130 {
+        want.push((at..(at + cut as Token).min(130)).collect());
+        at += cut as Token + 1;
+    }
+    assert_eq!(drafts[..want.len()], want[..], "{cut} at a time");
+    let verified: usize = want.iter().map(Vec::len).sum();
+    assert_eq!(s.stats.accepted, verified);
+    assert_eq!(s.stats.drafted, drafts.iter().map(Vec::len).sum::<usize>(), "the last: the next proposal's");
+    // One round of 16 proposed tokens, every one accepted (verified or followed).
+    assert_eq!(s.acceptance.expected(16), 16.0);
 }
