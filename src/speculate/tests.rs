@@ -137,16 +137,21 @@ fn a_failing_drafter_costs_the_request_its_drafts_not_its_reply() {
     assert_eq!(s.draft(64, |t| Ok(t.len())).unwrap().len(), 16, "the lane's next request drafts again");
 }
 
-/// Costs where a verifying row costs what a step does (a CPU with no batched kernel): no
-/// draft pays until the lane's drafts are nearly always accepted.
-fn linear_costs() -> Arc<Costs> {
+/// A CPU's costs, a step of `n` tokens taking `ms(n)` (each size measured twice).
+fn host_costs(ms: impl Fn(usize) -> f64) -> Arc<Costs> {
     let c = Costs::default();
     for _ in 0..2 {
         for n in 1..=64 {
-            c.record_batch(n, 1, 0, 10.0 * n as f64);
+            c.record_batch(n, 1, 0, ms(n));
         }
     }
     Arc::new(c)
+}
+
+/// Costs where a verifying row costs what a step does (a CPU with no batched kernel): no
+/// draft pays until the lane's drafts are nearly always accepted.
+fn linear_costs() -> Arc<Costs> {
+    host_costs(|n| 10.0 * n as f64)
 }
 
 #[test]
@@ -273,13 +278,7 @@ fn where_shapes_cost_a_short_draft_is_padded_with_filler_that_only_the_model_can
 /// Costs of a device whose steps cost 3 ms up to a few tokens and 10 ms more for each token
 /// past 7: a lone lane verifies a few drafted tokens of any proposal, not 16.
 fn knee_costs() -> Arc<Costs> {
-    let c = Costs::default();
-    for _ in 0..2 {
-        for n in 1..=64 {
-            c.record_batch(n, 1, 0, 3.0 + 10.0 * n.saturating_sub(7) as f64);
-        }
-    }
-    Arc::new(c)
+    host_costs(|n| 3.0 + 10.0 * n.saturating_sub(7) as f64)
 }
 
 #[test]
