@@ -432,6 +432,12 @@ impl Costs {
         pays
     }
 
+    /// Whether lanes hold the step's shape ([`held_rows`]): a device does every step's work and
+    /// a changed shape costs it (or was not measured yet).
+    pub fn holds_shapes(&self) -> bool {
+        self.on_device && self.model().shapes.penalty().is_some()
+    }
+
     /// How many of the `proposed` drafted tokens are worth verifying for a lane whose drafted
     /// tokens are each accepted with probability `p` (after the one before was), with `lanes`
     /// requests in the step: the length whose expected accepted tokens save most step time for
