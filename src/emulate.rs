@@ -86,7 +86,8 @@ pub(crate) fn profile() -> Option<Profile> {
 }
 
 /// What the emulated steps took beyond (or, negative, short of) what the CPU took for them,
-/// summed over every step of the process so far.
+/// summed over every step of the process so far: a benchmark's clock where one engine or pool
+/// runs at a time (two running at once add their steps into one sum).
 #[doc(hidden)]
 pub fn offset_ms() -> f64 {
     f64::from_bits(OFFSET.load(Ordering::Relaxed))
