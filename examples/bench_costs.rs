@@ -156,7 +156,7 @@ fn random_text() {
 /// Whether `LLB_BENCH_EMULATE` names an emulated GPU's profile (src/emulate.rs): set for the
 /// engines and pools opened from then on.
 fn emulated() -> bool {
-    llb::emulate::Profile::named(&std::env::var("LLB_BENCH_EMULATE").unwrap_or_default()).is_some()
+    llb::emulate::Profile::from_bench_env().is_some()
 }
 
 fn main() {
@@ -164,7 +164,7 @@ fn main() {
     let only = std::env::var("LLB_BENCH_ONLY").unwrap_or_default();
     println!("cost model, {} threads, {}", env_num("LLB_BENCH_THREADS", 2), model.display());
     if emulated() {
-        llb::emulate::emulate(llb::emulate::Profile::named(&std::env::var("LLB_BENCH_EMULATE").unwrap()));
+        llb::emulate::emulate(llb::emulate::Profile::from_bench_env());
         println!("steps charged at run C's H200 costs (LLB_BENCH_EMULATE=h200): emulated time, not this machine's");
     }
     if only.is_empty() || only.contains('1') {

@@ -105,14 +105,9 @@ fn tps(r: &Value) -> f64 {
     r["timings"]["predicted_per_second"].as_f64().unwrap_or_else(|| panic!("no timings: {r}"))
 }
 
-/// The emulated GPU's profile named by `LLB_BENCH_EMULATE` (None: this machine's own costs).
-fn emulated_profile() -> Option<llb::emulate::Profile> {
-    let v = std::env::var("LLB_BENCH_EMULATE").ok().filter(|v| !v.is_empty())?;
-    Some(llb::emulate::Profile::named(&v).unwrap_or_else(|| panic!("LLB_BENCH_EMULATE: h200 or nothing, not {v}")))
-}
-
+/// Whether `LLB_BENCH_EMULATE` names an emulated GPU's profile (else: this machine's costs).
 fn emulated() -> bool {
-    emulated_profile().is_some()
+    llb::emulate::Profile::from_bench_env().is_some()
 }
 
 /// One reply's tokens/s: its decode's (`tps`), or under emulation its tokens over its emulated
@@ -267,7 +262,7 @@ fn pool(n: u64) {
 fn main() {
     println!("speculative decoding, {} threads, {} reps (medians), {}", threads(), reps(), model().display());
     if emulated() {
-        llb::emulate::emulate(emulated_profile());
+        llb::emulate::emulate(llb::emulate::Profile::from_bench_env());
         println!("steps charged at run C's H200 costs (LLB_BENCH_EMULATE=h200): emulated time, not this machine's");
     }
     let e = Engine::create(config(json!({})), None).unwrap();

@@ -58,6 +58,13 @@ impl Profile {
         (name == "h200").then_some(Profile::H200_SMOLLM2)
     }
 
+    /// The profile `LLB_BENCH_EMULATE` names for a benchmark (None: unset or empty); panics on
+    /// a name it does not know, so that a benchmark never measures the CPU unawares.
+    pub fn from_bench_env() -> Option<Profile> {
+        let v = std::env::var("LLB_BENCH_EMULATE").ok().filter(|v| !v.is_empty())?;
+        Some(Profile::named(&v).unwrap_or_else(|| panic!("LLB_BENCH_EMULATE: h200 or nothing, not {v}")))
+    }
+
     /// A repeated step of `tokens` tokens over `sequences` sequences.
     pub fn repeated(&self, tokens: usize, sequences: usize) -> f64 {
         let n = tokens.max(1);

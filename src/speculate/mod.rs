@@ -21,8 +21,10 @@
 //! lane that stops paying drafts in the shadow: the drafter still proposes, nothing is verified,
 //! and the reply's own next tokens say how much would have been accepted, until it pays again.
 //! On a device that charges for a change of the step's shape (CUDA's captured graphs), a lane
-//! verifies `draft_max` rows or none: a shorter proposal is followed by filler tokens (its last
-//! token again), which keep the step's shape and are accepted only where the model chooses them.
+//! verifies a fixed number of rows or none (`draft_max` in a pool; a lone lane's hold is chosen
+//! by tokens per ms): a shorter proposal is followed by filler tokens (its last token again),
+//! which keep the step's shape and are accepted only where the model chooses them, and the part
+//! of a proposal past the hold is the lane's next draft while the reply follows it.
 //!
 //! Every token is still chosen from the model's own logits for the same prefix, with the same
 //! random draws in the same order: the reply is token for token the reply without speculation,

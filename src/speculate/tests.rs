@@ -12,6 +12,15 @@ fn repeating() -> Vec<Token> {
     h
 }
 
+/// A lane of `d` whose reply has just started the phrase a third time ([`repeating`]): its
+/// next 16 tokens are 114..130.
+fn at_the_phrase(d: &Drafters) -> Speculation<'_> {
+    let h = repeating();
+    let mut s = Speculation::start(d, &h[..h.len() - 1]).unwrap().unwrap();
+    s.follow(&h[h.len() - 1..]);
+    s
+}
+
 #[test]
 fn a_repeated_passage_is_drafted_from_where_it_was_seen() {
     let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap();
@@ -157,9 +166,7 @@ fn linear_costs() -> Arc<Costs> {
 #[test]
 fn a_draft_that_does_not_pay_is_followed_in_the_shadow_until_it_would() {
     let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(linear_costs());
-    let h = repeating();
-    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
-    s.follow(&h[h.len() - 1..]);
+    let mut s = at_the_phrase(&d);
     // The phrase goes on (114..): drafted, but at one step's cost per row nothing is verified.
     assert!(s.draft(64, |t| Ok(t.len())).unwrap().is_empty(), "not verified");
     assert_eq!(s.stats.drafted, 0);
@@ -183,9 +190,7 @@ fn a_lane_tells_the_costs_while_it_has_something_to_copy_and_stops_when_it_leave
     let costs = linear_costs();
     let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(costs.clone());
     let copying = || costs.stats()["lanes_copying"].as_u64().unwrap();
-    let h = repeating();
-    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
-    s.follow(&h[h.len() - 1..]);
+    let mut s = at_the_phrase(&d);
     s.draft(64, |t| Ok(t.len())).unwrap();
     assert_eq!(copying(), 1, "a proposal, even one followed in the shadow");
     s.follow(&[114]);
@@ -196,8 +201,7 @@ fn a_lane_tells_the_costs_while_it_has_something_to_copy_and_stops_when_it_leave
     s.draft(64, |t| Ok(t.len())).unwrap();
     assert_eq!(copying(), 0);
     drop(s);
-    let mut again = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
-    again.follow(&h[h.len() - 1..]);
+    let mut again = at_the_phrase(&d);
     again.draft(64, |t| Ok(t.len())).unwrap();
     assert_eq!(copying(), 1);
     drop(again);
@@ -211,9 +215,7 @@ fn rows_that_cost_nothing_are_drafted_whole() {
         c.record_batch(n, 1, 0, 3.0);
     }
     let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(Arc::new(c));
-    let h = repeating();
-    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
-    s.follow(&h[h.len() - 1..]);
+    let mut s = at_the_phrase(&d);
     assert_eq!(s.draft(64, |t| Ok(t.len())).unwrap(), (114..130).collect::<Vec<_>>());
 }
 
@@ -241,9 +243,7 @@ fn graph_costs() -> Arc<Costs> {
 #[test]
 fn where_shapes_cost_a_short_draft_is_padded_with_filler_that_only_the_model_can_accept() {
     let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(graph_costs());
-    let h = repeating();
-    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
-    s.follow(&h[h.len() - 1..]);
+    let mut s = at_the_phrase(&d);
     let draft = s.draft(64, |_| Ok(6)).unwrap();
     let mut want: Vec<Token> = (114..120).collect();
     want.extend([119; 10]);
@@ -289,9 +289,7 @@ fn knee_costs() -> Arc<Costs> {
 #[test]
 fn a_proposal_cut_short_is_verified_on_while_the_reply_follows_it() {
     let d = Drafters::new("ngram-simple", 12, 1, 16, 0).unwrap().costed(knee_costs());
-    let h = repeating();
-    let mut s = Speculation::start(&d, &h[..h.len() - 1]).unwrap().unwrap();
-    s.follow(&h[h.len() - 1..]);
+    let mut s = at_the_phrase(&d);
     let mut drafts = vec![s.draft(64, |t| Ok(t.len())).unwrap()];
     let cut = drafts[0].len();
     assert_eq!(cut, 7, "the proposal (114..130) is cut to the lane's hold");
